@@ -1,0 +1,3 @@
+from pidesk.cli.main import main
+
+main()

@@ -1,0 +1,181 @@
+"""The permission policy: one pure function over durable state.
+
+``decide(mode, permission_mode, tool, …)`` returns ``Allow | Ask | Deny(code)``
+for every cell of DESIGN.md's table. Contract modes (Plan, Goal) are checked
+first and their hard denies cannot be lifted by a permission mode or a grant;
+session grants are consulted in Agent mode only. Path checks (secrets, host-owned
+paths) live in ``core.paths`` and run before any Ask, in every mode.
+
+    tool                          agent                          plan / goal
+    Read Glob Grep BrowserPreview allow                          allow
+    NewContext Task TaskWait      allow                          allow
+    Write Edit                    ask; allow: accept-edits/auto  WRITE_/EDIT_DISABLED_IN_PLAN
+                                  or a session grant
+    Bash                          ask; allow: auto or a grant    ask; allow: auto (no grants)
+    plugin (risk low)             allow                          PLUGIN_DISABLED_IN_PLAN
+    plugin (risk medium)          as Write                       PLUGIN_DISABLED_IN_PLAN
+    plugin (risk high)            as Bash                        PLUGIN_DISABLED_IN_PLAN
+    EnterPlanMode EnterGoalMode   allow (temporary session:      PLAN_ALREADY_ACTIVE
+                                  PLAN_WORKSPACE_REQUIRED)
+    SubmitPlan SubmitGoal         PLAN_NOT_ACTIVE                own kind allow; other PLAN_KIND_MISMATCH
+    ReportCriteria                allow                          TOOL_DISABLED_IN_PLAN
+    unknown name                  TOOL_NOT_FOUND                 TOOL_NOT_FOUND
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from pidesk.core.errors import Code
+from pidesk.core.modes import Mode, PermissionMode
+
+
+class ToolKind(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    EDIT = "edit"
+    BASH = "bash"
+    PLUGIN = "plugin"
+    CONTEXT = "context"
+    ENTER_PLAN = "enter_plan"
+    ENTER_GOAL = "enter_goal"
+    SUBMIT_PLAN = "submit_plan"
+    SUBMIT_GOAL = "submit_goal"
+    REPORT_CRITERIA = "report_criteria"
+    UNKNOWN = "unknown"
+
+
+class PluginRisk(StrEnum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+BUILTIN_TOOLS: Final[dict[str, ToolKind]] = {
+    "Read": ToolKind.READ,
+    "Glob": ToolKind.READ,
+    "Grep": ToolKind.READ,
+    "BrowserPreview": ToolKind.READ,
+    "Write": ToolKind.WRITE,
+    "Edit": ToolKind.EDIT,
+    "Bash": ToolKind.BASH,
+    "NewContext": ToolKind.CONTEXT,
+    "Task": ToolKind.CONTEXT,
+    "TaskWait": ToolKind.CONTEXT,
+    "EnterPlanMode": ToolKind.ENTER_PLAN,
+    "EnterGoalMode": ToolKind.ENTER_GOAL,
+    "SubmitPlan": ToolKind.SUBMIT_PLAN,
+    "SubmitGoal": ToolKind.SUBMIT_GOAL,
+    "ReportCriteria": ToolKind.REPORT_CRITERIA,
+}
+
+# Tools that must be the only call in their assistant batch (seed 003 §3 rule 12).
+EXCLUSIVE_TOOLS: Final[frozenset[str]] = frozenset(
+    {"EnterPlanMode", "EnterGoalMode", "SubmitPlan", "SubmitGoal"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Allow:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    code: Code
+
+
+Decision = Allow | Ask | Deny
+
+ALLOW: Final = Allow()
+ASK: Final = Ask()
+
+
+def classify(tool: str, plugin_risk: PluginRisk | None = None) -> ToolKind:
+    """A registered plugin tool is PLUGIN; a built-in name its kind; anything else UNKNOWN."""
+    if plugin_risk is not None:
+        return ToolKind.PLUGIN
+    return BUILTIN_TOOLS.get(tool, ToolKind.UNKNOWN)
+
+
+def decide(
+    mode: Mode,
+    permission_mode: PermissionMode,
+    tool: str,
+    *,
+    plugin_risk: PluginRisk | None = None,
+    granted: bool = False,
+    temporary: bool = False,
+) -> Decision:
+    """Decide one tool call from the session's durable mode and permission state.
+
+    ``granted`` is whether the session holds an "always allow" grant for this
+    tool; ``temporary`` whether the session has no project (scratch root).
+    """
+    kind = classify(tool, plugin_risk)
+    if kind is ToolKind.UNKNOWN:
+        return Deny(Code.TOOL_NOT_FOUND)
+    if mode.is_contract:
+        return _decide_contract(mode, permission_mode, kind)
+    return _decide_agent(permission_mode, kind, plugin_risk, granted, temporary)
+
+
+def _decide_contract(mode: Mode, permission_mode: PermissionMode, kind: ToolKind) -> Decision:
+    match kind:
+        case ToolKind.READ | ToolKind.CONTEXT:
+            return ALLOW
+        case ToolKind.BASH:
+            return ALLOW if permission_mode is PermissionMode.AUTO else ASK
+        case ToolKind.WRITE:
+            return Deny(Code.WRITE_DISABLED_IN_PLAN)
+        case ToolKind.EDIT:
+            return Deny(Code.EDIT_DISABLED_IN_PLAN)
+        case ToolKind.PLUGIN:
+            return Deny(Code.PLUGIN_DISABLED_IN_PLAN)
+        case ToolKind.ENTER_PLAN | ToolKind.ENTER_GOAL:
+            return Deny(Code.PLAN_ALREADY_ACTIVE)
+        case ToolKind.SUBMIT_PLAN:
+            return ALLOW if mode is Mode.PLAN else Deny(Code.PLAN_KIND_MISMATCH)
+        case ToolKind.SUBMIT_GOAL:
+            return ALLOW if mode is Mode.GOAL else Deny(Code.PLAN_KIND_MISMATCH)
+        case _:
+            return Deny(Code.TOOL_DISABLED_IN_PLAN)
+
+
+def _decide_agent(
+    permission_mode: PermissionMode,
+    kind: ToolKind,
+    plugin_risk: PluginRisk | None,
+    granted: bool,
+    temporary: bool,
+) -> Decision:
+    if kind is ToolKind.PLUGIN:
+        kind = {
+            PluginRisk.LOW: ToolKind.READ,
+            PluginRisk.MEDIUM: ToolKind.WRITE,
+            PluginRisk.HIGH: ToolKind.BASH,
+        }[plugin_risk or PluginRisk.HIGH]
+    match kind:
+        case ToolKind.READ | ToolKind.CONTEXT | ToolKind.REPORT_CRITERIA:
+            return ALLOW
+        case ToolKind.WRITE | ToolKind.EDIT:
+            edits_allowed = permission_mode is not PermissionMode.ASK
+            return ALLOW if edits_allowed or granted else ASK
+        case ToolKind.BASH:
+            return ALLOW if permission_mode is PermissionMode.AUTO or granted else ASK
+        case ToolKind.ENTER_PLAN | ToolKind.ENTER_GOAL:
+            return Deny(Code.PLAN_WORKSPACE_REQUIRED) if temporary else ALLOW
+        case _:  # SubmitPlan / SubmitGoal outside a contract mode
+            return Deny(Code.PLAN_NOT_ACTIVE)
+
+
+def batch_is_exclusive_violation(tool_names: list[str]) -> bool:
+    """True when a batch holds an Enter*/Submit* call beside any other call."""
+    return len(tool_names) > 1 and any(name in EXCLUSIVE_TOOLS for name in tool_names)

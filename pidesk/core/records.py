@@ -1,0 +1,199 @@
+"""The values pidesk stores and sends: PROTOCOL.md's objects as msgspec Structs.
+
+Field names are snake_case in Python and camelCase on the wire and on disk
+(``rename="camel"``). Values are pure; the store assigns identity (ids, seq).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from pidesk.core.modes import (
+    ApprovalStatus,
+    ExecutionState,
+    Mode,
+    NotificationKind,
+    PermissionMode,
+    PermissionStatus,
+    PlanKind,
+    PlanState,
+    SessionStatus,
+    TurnOrigin,
+    TurnReason,
+    TurnState,
+)
+
+
+class Record(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=False):
+    pass
+
+
+# ---- message content blocks -------------------------------------------------------
+
+
+class TextBlock(Record, tag="text", tag_field="type"):
+    text: str
+
+
+class ToolCallBlock(Record, tag="toolCall", tag_field="type"):
+    id: str
+    name: str
+    args: dict[str, Any]
+
+
+class ToolResultBlock(Record, tag="toolResult", tag_field="type"):
+    tool_call_id: str
+    name: str
+    ok: bool
+    output: str
+    error_code: str | None = None
+
+
+class AttachmentBlock(Record, tag="attachment", tag_field="type"):
+    kind: str  # "file" | "image"
+    name: str
+    mime: str
+    size: int
+    ref: str
+
+
+Block = TextBlock | ToolCallBlock | ToolResultBlock | AttachmentBlock
+
+
+class Attachment(Record):
+    """An attachment as a client sends it: a reference, never inline bytes."""
+
+    kind: str
+    name: str
+    mime: str
+    size: int
+    ref: str
+
+
+class Message(Record):
+    id: str
+    session_id: str
+    turn_id: str | None
+    seq: int
+    role: str  # "user" | "assistant" | "tool"
+    content: list[Block]
+    created_at: str
+
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    def tool_calls(self) -> list[ToolCallBlock]:
+        return [b for b in self.content if isinstance(b, ToolCallBlock)]
+
+
+# ---- host objects -----------------------------------------------------------------
+
+
+class ForkedFrom(Record):
+    session_id: str
+    through_message_id: str | None
+
+
+class Session(Record):
+    id: str
+    title: str
+    project_path: str | None
+    root: str
+    mode: Mode
+    permission_mode: PermissionMode
+    status: SessionStatus
+    plan_state: PlanState
+    current_turn_id: str | None
+    forked_from: ForkedFrom | None
+    created_at: str
+    updated_at: str
+
+
+class Usage(Record):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_tokens: int = 0
+
+
+class Turn(Record):
+    id: str
+    session_id: str
+    seq: int
+    origin: TurnOrigin
+    state: TurnState
+    reason: TurnReason | None
+    error_code: str | None
+    started_at: str
+    ended_at: str | None
+    usage: Usage
+
+
+class PlanApproval(Record):
+    id: str
+    kind: PlanKind
+    session_id: str
+    turn_id: str
+    tool_call_id: str
+    title: str
+    question: str
+    criteria: list[str] | None
+    artifact_path: str
+    artifact_sha256: str
+    artifact_size: int
+    status: ApprovalStatus
+    deadline: str
+    permission_mode: PermissionMode | None
+    execution_id: str | None
+    execution_state: ExecutionState
+    revises: str | None
+    feedback: str | None
+    created_at: str
+    resolved_at: str | None
+
+
+class PermissionRequest(Record):
+    id: str
+    session_id: str
+    turn_id: str
+    tool_call_id: str
+    tool: str
+    args: dict[str, Any]
+    status: PermissionStatus
+    created_at: str
+    resolved_at: str | None
+
+
+class Notification(Record):
+    id: str
+    session_id: str
+    turn_id: str
+    kind: NotificationKind
+    created_at: str
+    seen_at: str | None
+
+
+class QueueEntry(Record):
+    id: str
+    session_id: str
+    position: int
+    text: str
+    attachments: list[Attachment]
+    created_at: str
+
+
+class AuditEntry(Record):
+    id: int
+    session_id: str | None
+    turn_id: str | None
+    action: str
+    detail: dict[str, Any]
+    created_at: str
+
+
+class Draft(Record):
+    """A composer snapshot returned by a smart stop: the text and attachment refs as sent."""
+
+    text: str
+    attachments: list[Attachment]
