@@ -1,0 +1,183 @@
+"""The index schema as ordered, named migrations.
+
+Each migration runs in its own ``BEGIN IMMEDIATE`` transaction together with the
+``PRAGMA user_version`` bump, so a migration that fails — or a process killed
+midway — leaves the previous schema authoritative. Never edit a migration that
+has shipped; add the next one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[Migration] = []
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append(fn)
+    return fn
+
+
+def run_script(db: sqlite3.Connection, script: str) -> None:
+    """Run a multi-statement script inside the caller's transaction.
+
+    ``executescript`` would COMMIT first; splitting on complete statements keeps
+    the whole migration in one transaction (trigger bodies included).
+    """
+    statement = ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            db.execute(statement)
+            statement = ""
+    if statement.strip():
+        raise ValueError(f"incomplete SQL statement in migration: {statement!r}")
+
+
+@migration
+def m001_sessions_turns_messages(db: sqlite3.Connection) -> None:
+    run_script(
+        db,
+        """
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            title TEXT NOT NULL,
+            project_path TEXT,
+            root TEXT NOT NULL,
+            mode TEXT NOT NULL DEFAULT 'agent',
+            permission_mode TEXT NOT NULL DEFAULT 'ask',
+            status TEXT NOT NULL DEFAULT 'idle',
+            current_turn_id TEXT,
+            forked_from TEXT,
+            forked_through TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            indexed_bytes INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX sessions_project ON sessions(project_path);
+        CREATE TABLE turns (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            origin TEXT NOT NULL,
+            state TEXT NOT NULL,
+            reason TEXT,
+            error_code TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            cache_tokens INTEGER NOT NULL DEFAULT 0,
+            approval_id TEXT
+        );
+        CREATE INDEX turns_session ON turns(session_id, seq);
+        CREATE INDEX turns_running ON turns(state) WHERE state = 'running';
+        CREATE TABLE messages (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            turn_id TEXT,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            offset INTEGER NOT NULL,
+            length INTEGER NOT NULL,
+            created_at TEXT NOT NULL,
+            UNIQUE (session_id, seq)
+        );
+        CREATE TABLE permission_requests (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            turn_id TEXT NOT NULL,
+            tool_call_id TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            args TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            resolved_at TEXT
+        );
+        CREATE INDEX permission_requests_pending ON permission_requests(status)
+            WHERE status = 'pending';
+        CREATE TABLE grants (
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            tool TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (session_id, tool)
+        );
+        """
+    )
+
+
+@migration
+def m002_plan_approvals(db: sqlite3.Connection) -> None:
+    run_script(
+        db,
+        """
+        CREATE TABLE plan_approvals (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            turn_id TEXT NOT NULL,
+            tool_call_id TEXT NOT NULL,
+            title TEXT NOT NULL,
+            question TEXT NOT NULL,
+            criteria TEXT,
+            artifact_path TEXT NOT NULL,
+            artifact_sha256 TEXT NOT NULL,
+            artifact_size INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            deadline TEXT NOT NULL,
+            permission_mode TEXT,
+            execution_id TEXT UNIQUE,
+            execution_state TEXT NOT NULL DEFAULT 'none',
+            revises TEXT,
+            feedback TEXT,
+            created_at TEXT NOT NULL,
+            resolved_at TEXT
+        );
+        CREATE INDEX plan_approvals_session ON plan_approvals(session_id, created_at);
+        CREATE INDEX plan_approvals_pending ON plan_approvals(status) WHERE status = 'pending';
+        CREATE INDEX plan_approvals_execution ON plan_approvals(execution_state)
+            WHERE execution_state IN ('queued', 'running');
+        """
+    )
+
+
+@migration
+def m003_queue_notifications_audit(db: sqlite3.Connection) -> None:
+    run_script(
+        db,
+        """
+        CREATE TABLE queue (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            attachments TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX queue_session ON queue(session_id, position);
+        CREATE TABLE notifications (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            turn_id TEXT NOT NULL UNIQUE,
+            kind TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            seen_at TEXT
+        );
+        CREATE TABLE audit (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT,
+            turn_id TEXT,
+            action TEXT NOT NULL,
+            detail TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX audit_session ON audit(session_id, id);
+        CREATE TRIGGER audit_append_only_update BEFORE UPDATE ON audit
+            BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;
+        CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
+            BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;
+        """
+    )

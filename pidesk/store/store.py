@@ -1,0 +1,336 @@
+"""The store: every byte pidesk keeps on disk, behind one object.
+
+Layout of a data directory::
+
+    index.db                     SQLite index (WAL): sessions, turns, approvals, queue, …
+    transcripts/<session>.jsonl  the messages, one fsynced line each — the durable truth
+    scratch/<session>/           the working root of a temporary (project-less) session
+
+Message persistence is two-step (seed 003 §4): the transcript line is appended
+and fsynced, then its index row is committed. Index rows of concurrent appends
+are group-committed: whichever appender finds no commit in flight becomes the
+leader and commits every row queued so far in one transaction, the others wait
+for it. A crash between the two steps leaves a line past the session's indexed
+watermark — the outbox — which ``reconcile`` indexes at boot.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pidesk.core.errors import StoreError
+from pidesk.core.modes import Mode, PermissionMode, PlanState, SessionStatus
+from pidesk.core.records import Block, Message, Session
+from pidesk.faults import NO_FAULTS, Faults
+from pidesk.ids import new_id, now_iso
+from pidesk.store import repo
+from pidesk.store.db import Database
+from pidesk.store.transcripts import (
+    HeaderLine,
+    MessageLine,
+    Transcripts,
+    as_line,
+    as_message,
+    decode_line,
+    encode_line,
+    fsync_dir,
+)
+
+IndexRow = tuple[str, str, str | None, int, str, int, int, str]
+
+
+@dataclass
+class BootReport:
+    """What ``reconcile`` found and repaired; printed by the host and ``pidesk doctor``."""
+
+    restored_sessions: list[str] = field(default_factory=list)
+    indexed_from_outbox: int = 0
+    dropped_index_rows: int = 0
+    quarantined: list[str] = field(default_factory=list)
+    finished_deletes: list[str] = field(default_factory=list)
+
+
+class Store:
+    def __init__(self, data_dir: Path, faults: Faults = NO_FAULTS) -> None:
+        self.data_dir = data_dir
+        self.faults = faults
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (data_dir / "scratch").mkdir(exist_ok=True)
+        self.db = Database(data_dir / "index.db", faults)
+        self.schema_version = self.db.migrate()
+        self.transcripts = Transcripts(data_dir / "transcripts")
+        self._session_locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._last_seq: dict[str, int] = {}
+        # group commit of message index rows
+        self._cv = threading.Condition()
+        self._pending: list[tuple[IndexRow, int]] = []
+        self._enqueued = 0
+        self._committed = 0
+        self._leader = False
+        self._failed: list[tuple[int, int, BaseException]] = []
+
+    def close(self) -> None:
+        self.db.close()
+
+    def scratch_root(self, session_id: str) -> Path:
+        return self.data_dir / "scratch" / session_id
+
+    # ---- sessions ---------------------------------------------------------------
+
+    def create_session(self, session: Session, messages: list[Message] | None = None) -> None:
+        """Transcript first (header and any copied messages), then one index transaction."""
+        header = HeaderLine(
+            id=session.id, title=session.title, project_path=session.project_path, root=session.root,
+            mode=session.mode.value, created_at=session.created_at, forked_from=session.forked_from,
+        )
+        lines = [encode_line(header)]
+        rows: list[IndexRow] = []
+        offset = len(lines[0])
+        for message in messages or []:
+            data = encode_line(as_line(message))
+            rows.append(_row(message, offset, len(data)))
+            lines.append(data)
+            offset += len(data)
+        self.transcripts.create(session.id, lines)
+        self.faults.hit("session.after_transcript")
+        last_seq = messages[-1].seq if messages else 0
+        with self.db.tx() as db:
+            repo.insert_session(db, session, last_seq=last_seq, indexed_bytes=offset)
+            repo.insert_message_rows(db, rows)
+        self._last_seq[session.id] = last_seq
+
+    def delete_session(self, session_id: str) -> None:
+        """Rename the transcript aside, drop the rows, then unlink: a crash anywhere
+        leaves either the whole session or a delete that boot finishes."""
+        with self._session_lock(session_id):
+            path = self.transcripts.path(session_id)
+            tomb = path.with_suffix(".jsonl.deleted")
+            if path.exists():
+                os.replace(path, tomb)
+                fsync_dir(path.parent)
+            self.faults.hit("session.delete.after_rename")
+            with self.db.tx() as db:
+                repo.delete_session(db, session_id)
+            tomb.unlink(missing_ok=True)
+            self._last_seq.pop(session_id, None)
+
+    # ---- messages -----------------------------------------------------------------
+
+    def append_message(self, session_id: str, turn_id: str | None, role: str, content: list[Block]) -> Message:
+        """Persist one message: transcript line fsynced, then its index row committed.
+
+        Thread-safe; calls for different sessions proceed in parallel and share commits.
+        """
+        with self._session_lock(session_id):
+            seq = self._next_seq(session_id)
+            message = Message(
+                id=new_id("m"), session_id=session_id, turn_id=turn_id, seq=seq, role=role,
+                content=content, created_at=now_iso(),
+            )
+            data = encode_line(as_line(message))
+            try:
+                offset = self.transcripts.append(session_id, data)
+            except OSError as exc:
+                raise StoreError(f"could not append to the transcript of {session_id}: {exc}") from exc
+            self._last_seq[session_id] = seq
+        self.faults.hit("message.after_transcript")
+        self._index(_row(message, offset, len(data)), offset + len(data))
+        return message
+
+    def page(self, session_id: str, before_seq: int | None, limit: int) -> tuple[list[Message], bool]:
+        """The newest ``limit`` messages with seq < ``before_seq`` (ascending) and whether older exist."""
+        with self.db.read() as db:
+            rows = repo.message_page(db, session_id, before_seq, limit + 1)
+        has_more = len(rows) > limit
+        rows = rows[-limit:] if limit else []
+        if not rows:
+            return [], has_more
+        start, end = rows[0][2], rows[-1][2] + rows[-1][3]
+        blob = self.transcripts.read_range(session_id, start, end)
+        messages = []
+        for _id, _seq, offset, length in rows:
+            line = decode_line(blob[offset - start : offset - start + length])
+            assert isinstance(line, MessageLine)
+            messages.append(as_message(line))
+        return messages, has_more
+
+    def messages(self, session_id: str, through_seq: int | None = None) -> list[Message]:
+        """Every message of a session from its transcript, optionally up to a seq (inclusive)."""
+        scan = self.transcripts.scan(session_id)
+        out = [as_message(s.line) for s in scan.lines if isinstance(s.line, MessageLine)]
+        if through_seq is not None:
+            out = [m for m in out if m.seq <= through_seq]
+        return out
+
+    def message_seq(self, session_id: str, message_id: str) -> int | None:
+        with self.db.read() as db:
+            location = repo.message_location(db, session_id, message_id)
+        return location[0] if location else None
+
+    def cut_from(self, session_id: str, message_id: str, before_commit: Callable[[Any], None]) -> None:
+        """Smart stop: cut the transcript back to just before ``message_id``.
+
+        The transcript is truncated (and fsynced) first, then the index rows go in
+        the same transaction as ``before_commit``'s changes (the turn's terminal
+        update); boot drops index rows past a transcript's end.
+        """
+        with self._session_lock(session_id):
+            with self.db.read() as db:
+                location = repo.message_location(db, session_id, message_id)
+            if location is None:
+                raise StoreError(f"message {message_id} is not indexed")
+            seq, offset, _length = location
+            self.transcripts.truncate(session_id, offset)
+            self.faults.hit("smartstop.after_truncate")
+            with self.db.tx() as db:
+                repo.delete_messages_from(db, session_id, seq, offset)
+                before_commit(db)
+            self._last_seq[session_id] = seq - 1
+
+    # ---- group commit -----------------------------------------------------------------
+
+    def _index(self, row: IndexRow, end: int) -> None:
+        with self._cv:
+            self._enqueued += 1
+            ticket = self._enqueued
+            self._pending.append((row, end))
+            while self._committed < ticket:
+                if self._leader:
+                    self._cv.wait()
+                    continue
+                self._leader = True
+                batch, self._pending = self._pending, []
+                low, high = self._committed + 1, self._enqueued
+                self._cv.release()
+                error: BaseException | None = None
+                try:
+                    self._commit_rows(batch)
+                except BaseException as exc:  # every waiter of this batch must hear of it
+                    error = exc
+                finally:
+                    self._cv.acquire()
+                    self._leader = False
+                    self._committed = high
+                    if error is not None:
+                        self._failed = [*self._failed[-15:], (low, high, error)]
+                    self._cv.notify_all()
+            for low, high, exc in self._failed:
+                if low <= ticket <= high:
+                    raise StoreError(f"the message index could not commit: {exc}") from exc
+
+    def _commit_rows(self, batch: list[tuple[IndexRow, int]]) -> None:
+        marks: dict[str, tuple[int, int]] = {}
+        for row, end in batch:
+            seq, prior = row[3], marks.get(row[1], (0, 0))
+            marks[row[1]] = (max(prior[0], seq), max(prior[1], end))
+        with self.db.tx(durable=False) as db:
+            repo.insert_message_rows(db, [row for row, _ in batch])
+            for session_id, (seq, end) in marks.items():
+                repo.advance_watermark(db, session_id, seq, end)
+
+    def _session_lock(self, session_id: str) -> threading.Lock:
+        with self._locks_guard:
+            lock = self._session_locks.get(session_id)
+            if lock is None:
+                lock = self._session_locks[session_id] = threading.Lock()
+            return lock
+
+    def _next_seq(self, session_id: str) -> int:
+        last = self._last_seq.get(session_id)
+        if last is None:
+            with self.db.read() as db:
+                marks = db.execute("SELECT last_seq FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if marks is None:
+                raise StoreError(f"session {session_id} has no index row")
+            last = int(marks[0])
+        return last + 1
+
+    # ---- boot reconciliation ------------------------------------------------------------
+
+    def reconcile(self) -> BootReport:
+        """Make the index agree with the transcripts (run at boot, before anything is served).
+
+        - a ``.deleted`` transcript: finish that delete;
+        - a transcript with no session row: restore the row from its header (orphan);
+        - transcript bytes past the indexed watermark: index them (the outbox);
+        - index rows past the transcript's end: drop them (a cut that crashed midway);
+        - a torn or undecodable tail: move it to a quarantine file and report it.
+        """
+        report = BootReport()
+        for tomb in self.transcripts.dir.glob("*.jsonl.deleted"):
+            session_id = tomb.name[: -len(".jsonl.deleted")]
+            with self.db.tx() as db:
+                repo.delete_session(db, session_id)
+            tomb.unlink()
+            report.finished_deletes.append(session_id)
+        with self.db.read() as db:
+            marks = repo.session_watermarks(db)
+        for session_id in self.transcripts.session_ids():
+            size = self.transcripts.size(session_id)
+            mark = marks.get(session_id)
+            if mark is None:
+                self._restore_orphan(session_id, report)
+            elif size != mark[1]:
+                self._reindex_tail(session_id, mark[1], report)
+        return report
+
+    def _restore_orphan(self, session_id: str, report: BootReport) -> None:
+        scan = self.transcripts.scan(session_id)
+        if not scan.lines or not isinstance(scan.lines[0].line, HeaderLine):
+            report.quarantined.append(str(self.transcripts.quarantine_tail(session_id, 0)))
+            self.transcripts.delete(session_id)
+            return
+        header = scan.lines[0].line
+        if scan.good_end < scan.size:
+            report.quarantined.append(str(self.transcripts.quarantine_tail(session_id, scan.good_end)))
+        messages = [as_message(s.line) for s in scan.lines if isinstance(s.line, MessageLine)]
+        offsets = [(s.offset, s.length) for s in scan.lines if isinstance(s.line, MessageLine)]
+        session = Session(
+            id=header.id, title=header.title, project_path=header.project_path, root=header.root,
+            mode=Mode(header.mode), permission_mode=PermissionMode.ASK, status=SessionStatus.IDLE,
+            plan_state=PlanState.INACTIVE, current_turn_id=None, forked_from=header.forked_from,
+            created_at=header.created_at, updated_at=now_iso(),
+        )
+        with self.db.tx() as db:
+            repo.insert_session(
+                db, session, last_seq=messages[-1].seq if messages else 0, indexed_bytes=scan.good_end
+            )
+            repo.insert_message_rows(db, [_row(m, o, n) for m, (o, n) in zip(messages, offsets, strict=True)])
+            repo.audit(db, "session.restored", session_id, reason="orphan transcript")
+        report.restored_sessions.append(session_id)
+
+    def _reindex_tail(self, session_id: str, indexed: int, report: BootReport) -> None:
+        size = self.transcripts.size(session_id)
+        if size < indexed:  # the transcript was cut after these rows were indexed
+            with self.db.tx() as db:
+                cur = db.execute("DELETE FROM messages WHERE session_id = ? AND offset >= ?", (session_id, size))
+                report.dropped_index_rows += cur.rowcount
+                last = db.execute(
+                    "SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+                ).fetchone()[0]
+                db.execute("UPDATE sessions SET last_seq = ?, indexed_bytes = ? WHERE id = ?", (last, size, session_id))
+            return
+        scan = self.transcripts.scan(session_id, indexed)
+        rows = [_row(as_message(s.line), s.offset, s.length) for s in scan.lines if isinstance(s.line, MessageLine)]
+        if scan.good_end < scan.size:
+            report.quarantined.append(str(self.transcripts.quarantine_tail(session_id, scan.good_end)))
+        with self.db.tx() as db:
+            repo.insert_message_rows(db, rows)
+            last = max((r[3] for r in rows), default=0)
+            repo.advance_watermark(db, session_id, last, scan.good_end)
+            if report.quarantined and report.quarantined[-1].startswith(str(self.transcripts.path(session_id))):
+                repo.audit(db, "transcript.quarantined", session_id, file=report.quarantined[-1])
+        report.indexed_from_outbox += len(rows)
+
+
+def _row(message: Message, offset: int, length: int) -> IndexRow:
+    return (message.id, message.session_id, message.turn_id, message.seq, message.role, offset, length, message.created_at)
+
+
+__all__ = ["BootReport", "Store"]
