@@ -15,7 +15,9 @@
 
 Tool-level outcomes (``WRITE_DISABLED_IN_PLAN`` …) are not exceptions: they are
 values (``policy.Deny``, tool results with an ``errorCode``) the model can read.
-Every code here is a PROTOCOL.md string; clients match on ``code``, never on text.
+Every code here is a PROTOCOL.md string, plus ``INVALID_ARGUMENTS`` (a tool call
+whose arguments do not fit its schema; PROTOCOL.md has no tool-level code for
+that). Clients match on ``code``, never on text.
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ class Code(StrEnum):
     TOOL_DISABLED_IN_PLAN = "TOOL_DISABLED_IN_PLAN"
     TOOL_NOT_FOUND = "TOOL_NOT_FOUND"
     TOOL_DENIED = "TOOL_DENIED"
-    TOOL_ERROR = "TOOL_ERROR"
     INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
     PATH_OUTSIDE_WORKSPACE = "PATH_OUTSIDE_WORKSPACE"
     WORKSPACE_PATH_DENIED = "WORKSPACE_PATH_DENIED"

@@ -179,3 +179,25 @@ def _decide_agent(
 def batch_is_exclusive_violation(tool_names: list[str]) -> bool:
     """True when a batch holds an Enter*/Submit* call beside any other call."""
     return len(tool_names) > 1 and any(name in EXCLUSIVE_TOOLS for name in tool_names)
+
+
+# Tools this version implements; the rest of BUILTIN_TOOLS arrive with the runtime issue.
+IMPLEMENTED_TOOLS: Final[tuple[str, ...]] = (
+    "Read", "Glob", "Grep", "Write", "Edit", "Bash",
+    "EnterPlanMode", "EnterGoalMode", "SubmitPlan", "SubmitGoal", "ReportCriteria",
+)
+
+
+def visible_tools(mode: Mode, *, temporary: bool = False, goal_execution: bool = False) -> list[str]:
+    """The tools shown to the model: those the policy does not hard-deny in this mode.
+
+    Hiding is a courtesy to the model; ``decide`` still judges every call.
+    """
+    shown = []
+    for name in IMPLEMENTED_TOOLS:
+        if name == "ReportCriteria" and not goal_execution:
+            continue
+        verdict = decide(mode, PermissionMode.AUTO, name, temporary=temporary)
+        if not isinstance(verdict, Deny):
+            shown.append(name)
+    return shown

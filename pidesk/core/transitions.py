@@ -32,45 +32,49 @@ _P = ApprovalStatus
 _E = ExecutionState
 _Q = PermissionStatus
 
-TRANSITIONS: Final[frozenset[tuple[StrEnum, StrEnum]]] = frozenset(
-    {
-        # session status (seed 003 §1): idle <-> running <-> waiting_permission; both end idle
-        (_A, _R), (_R, _W), (_W, _R), (_R, _A), (_W, _A),
-        # turn: a turn starts running and ends once
-        (TurnState.RUNNING, TurnState.ENDED),
-        # approval row: pending is settled exactly once
-        (_P.PENDING, _P.APPROVED), (_P.PENDING, _P.REJECTED),
-        (_P.PENDING, _P.EXPIRED), (_P.PENDING, _P.INTERRUPTED),
-        # execution: assigned queued by approval, started by the dispatcher
-        (_E.NONE, _E.QUEUED),
-        (_E.QUEUED, _E.RUNNING), (_E.QUEUED, _E.FAILED),
-        (_E.QUEUED, _E.ABORTED), (_E.QUEUED, _E.INTERRUPTED),
-        (_E.RUNNING, _E.COMPLETED), (_E.RUNNING, _E.FAILED),
-        (_E.RUNNING, _E.ABORTED), (_E.RUNNING, _E.INTERRUPTED),
-        # permission request
-        (_Q.PENDING, _Q.ALLOWED), (_Q.PENDING, _Q.DENIED), (_Q.PENDING, _Q.INTERRUPTED),
-    }
+_MOVES: Final[tuple[tuple[StrEnum, StrEnum], ...]] = (
+    # a tuple, not a set: equal strings of different machines must not collapse
+    # session status (seed 003 §1): idle <-> running <-> waiting_permission; both end idle
+    (_A, _R), (_R, _W), (_W, _R), (_R, _A), (_W, _A),
+    # turn: a turn starts running and ends once
+    (TurnState.RUNNING, TurnState.ENDED),
+    # approval row: pending is settled exactly once
+    (_P.PENDING, _P.APPROVED), (_P.PENDING, _P.REJECTED),
+    (_P.PENDING, _P.EXPIRED), (_P.PENDING, _P.INTERRUPTED),
+    # execution: assigned queued by approval, started by the dispatcher
+    (_E.NONE, _E.QUEUED),
+    (_E.QUEUED, _E.RUNNING), (_E.QUEUED, _E.INTERRUPTED),
+    (_E.RUNNING, _E.COMPLETED), (_E.RUNNING, _E.FAILED),
+    (_E.RUNNING, _E.ABORTED), (_E.RUNNING, _E.INTERRUPTED),
+    # permission request
+    (_Q.PENDING, _Q.ALLOWED), (_Q.PENDING, _Q.DENIED), (_Q.PENDING, _Q.INTERRUPTED),
 )
 
-TERMINAL: Final[frozenset[StrEnum]] = frozenset(
-    {
-        TurnState.ENDED,
-        _P.APPROVED, _P.REJECTED, _P.EXPIRED, _P.INTERRUPTED,
-        _E.COMPLETED, _E.FAILED, _E.ABORTED, _E.INTERRUPTED,
-        _Q.ALLOWED, _Q.DENIED, _Q.INTERRUPTED,
-    }
+_TERMINAL: Final[tuple[StrEnum, ...]] = (
+    TurnState.ENDED,
+    _P.APPROVED, _P.REJECTED, _P.EXPIRED, _P.INTERRUPTED,
+    _E.COMPLETED, _E.FAILED, _E.ABORTED, _E.INTERRUPTED,
+    _Q.ALLOWED, _Q.DENIED, _Q.INTERRUPTED,
 )
+
+
+# StrEnum members hash as their strings ("running" is a turn, session and execution
+# state), so the tables are keyed by (machine, value): no move crosses machines.
+TRANSITIONS: Final[frozenset[tuple[type[StrEnum], str, str]]] = frozenset(
+    (type(a), a.value, b.value) for a, b in _MOVES
+)
+TERMINAL: Final[frozenset[tuple[type[StrEnum], str]]] = frozenset((type(s), s.value) for s in _TERMINAL)
 
 
 def advance(current: S, target: S) -> S:
     """Return ``target`` if ``current -> target`` is in the table, else raise."""
-    if (current, target) not in TRANSITIONS:
+    if type(current) is not type(target) or (type(current), current.value, target.value) not in TRANSITIONS:
         raise IllegalTransition(f"illegal transition {type(current).__name__}: {current} -> {target}")
     return target
 
 
 def is_terminal(state: StrEnum) -> bool:
-    return state in TERMINAL
+    return (type(state), state.value) in TERMINAL
 
 
 class ModeCause(StrEnum):

@@ -516,3 +516,55 @@ def audit_entries(db: sqlite3.Connection, session_id: str | None, limit: int) ->
         AuditEntry(id=r[0], session_id=r[1], turn_id=r[2], action=r[3], detail=json.loads(r[4]), created_at=r[5])
         for r in reversed(rows)
     ]
+
+
+# ---- startup recovery ---------------------------------------------------------------
+
+
+def interrupt_everything(db: sqlite3.Connection) -> dict[str, int]:
+    """Fail closed after a restart: nothing pending, queued or running survives, nothing is replayed."""
+    now = now_iso()
+    counts = {
+        "approvals": db.execute(
+            "UPDATE plan_approvals SET status = 'interrupted', resolved_at = ? WHERE status = 'pending'", (now,)
+        ).rowcount,
+        "executions": db.execute(
+            "UPDATE plan_approvals SET execution_state = 'interrupted'"
+            " WHERE execution_state IN ('queued', 'running')"
+        ).rowcount,
+        "turns": db.execute(
+            "UPDATE turns SET state = 'ended', reason = 'aborted', ended_at = ?,"
+            " error_code = CASE WHEN approval_id IS NULL THEN 'INTERRUPTED' ELSE 'PLAN_EXECUTION_INTERRUPTED' END"
+            " WHERE state = 'running'",
+            (now,),
+        ).rowcount,
+        "permissions": db.execute(
+            "UPDATE permission_requests SET status = 'interrupted', resolved_at = ? WHERE status = 'pending'", (now,)
+        ).rowcount,
+    }
+    db.execute(
+        "UPDATE sessions SET status = 'idle', current_turn_id = NULL, updated_at = ?"
+        " WHERE status != 'idle' OR current_turn_id IS NOT NULL",
+        (now,),
+    )
+    return counts
+
+
+def interrupt_turn_waits(db: sqlite3.Connection, turn_id: str) -> tuple[list[str], list[str]]:
+    """An aborted turn's pending permission requests and approval become interrupted; returns their ids."""
+    now = now_iso()
+    requests = [r[0] for r in db.execute(
+        "SELECT id FROM permission_requests WHERE turn_id = ? AND status = 'pending'", (turn_id,)
+    )]
+    db.execute(
+        "UPDATE permission_requests SET status = 'interrupted', resolved_at = ? WHERE turn_id = ? AND status = 'pending'",
+        (now, turn_id),
+    )
+    approvals_ = [r[0] for r in db.execute(
+        "SELECT id FROM plan_approvals WHERE turn_id = ? AND status = 'pending'", (turn_id,)
+    )]
+    db.execute(
+        "UPDATE plan_approvals SET status = 'interrupted', resolved_at = ? WHERE turn_id = ? AND status = 'pending'",
+        (now, turn_id),
+    )
+    return requests, approvals_

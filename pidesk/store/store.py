@@ -122,7 +122,9 @@ class Store:
 
     # ---- messages -----------------------------------------------------------------
 
-    def append_message(self, session_id: str, turn_id: str | None, role: str, content: list[Block]) -> Message:
+    def append_message(
+        self, session_id: str, turn_id: str | None, role: str, content: list[Block], message_id: str | None = None
+    ) -> Message:
         """Persist one message: transcript line fsynced, then its index row committed.
 
         Thread-safe; calls for different sessions proceed in parallel and share commits.
@@ -130,7 +132,7 @@ class Store:
         with self._session_lock(session_id):
             seq = self._next_seq(session_id)
             message = Message(
-                id=new_id("m"), session_id=session_id, turn_id=turn_id, seq=seq, role=role,
+                id=message_id or new_id("m"), session_id=session_id, turn_id=turn_id, seq=seq, role=role,
                 content=content, created_at=now_iso(),
             )
             data = encode_line(as_line(message))

@@ -1,0 +1,50 @@
+"""Configuration as a value, built from an injected environment mapping.
+
+This is the only module that reads ``os.environ`` (and only as a default for
+``from_environ``). Precedence: explicit argument > environment > default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pidesk.faults import Faults
+
+DEFAULT_APPROVAL_TIMEOUT = 1800.0
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    data_dir: Path
+    model: str = "scripted"
+    approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
+    faults: Faults = field(default_factory=Faults)
+
+    @classmethod
+    def from_environ(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        data_dir: Path | None = None,
+        model: str | None = None,
+        approval_timeout: float | None = None,
+    ) -> HostConfig:
+        env = os.environ if environ is None else environ
+        return cls(
+            data_dir=data_dir or Path(env.get("PIDESK_HOME") or _default_data_dir()),
+            model=model or env.get("PIDESK_MODEL", "scripted"),
+            approval_timeout=approval_timeout or float(env.get("PIDESK_APPROVAL_TIMEOUT", DEFAULT_APPROVAL_TIMEOUT)),
+            faults=Faults(
+                frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
+                env.get("PIDESK_FAULT_ACTION", "kill"),
+            ),
+        )
+
+
+def _default_data_dir() -> str:
+    from platformdirs import user_data_dir
+
+    return user_data_dir("pidesk", appauthor=False)

@@ -1,0 +1,141 @@
+"""The host side of one running turn: what the runtime's ``TurnContext`` asks for.
+
+Every method names its turn; a turn that no longer owns its session can still
+append history (late rows are recorded), but cannot change the session: its
+tool calls are refused with ``TOOL_ABORTED`` before any policy or tool runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pidesk.core import policy
+from pidesk.core.errors import Code
+from pidesk.core.events import MessageAppended, MessageDelta, SessionUpdated, ToolFinished, ToolStarted
+from pidesk.core.modes import Mode, PlanKind
+from pidesk.core.records import Block, Message, ToolCallBlock, Usage
+from pidesk.core.transitions import ModeCause, change_mode
+from pidesk.host.approvals import Approvals
+from pidesk.host.executions import Executions
+from pidesk.host.live import LiveTurn
+from pidesk.host.parts import Parts
+from pidesk.host.permissions import Permissions
+from pidesk.ids import new_id
+from pidesk.runtime.loop import Nudge, ToolOutcome, TurnEnd
+from pidesk.runtime.prompts import system_prompt
+from pidesk.store import repo
+from pidesk.tools import TOOL_SPECS, Tool, make_workspace_tools, run_tool
+from pidesk.tools.base import ToolResult
+
+
+class HostTurnContext:
+    def __init__(
+        self, parts: Parts, live: LiveTurn, permissions: Permissions, approvals: Approvals, executions: Executions
+    ) -> None:
+        self.p = parts
+        self.live = live
+        self.session_id = live.session_id
+        self.turn_id = live.turn_id
+        self.permissions = permissions
+        self.approvals = approvals
+        self.executions = executions
+        self._tools: dict[str, Tool] | None = None
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.live.stop_requested
+
+    def system_prompt(self) -> str:
+        session = self.p.session(self.session_id)
+        return system_prompt(session.mode, session.root)
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        session = self.p.session(self.session_id)
+        names = policy.visible_tools(
+            session.mode, temporary=session.project_path is None, goal_execution=self.live.goal is not None
+        )
+        return [TOOL_SPECS[name] for name in names]
+
+    def history(self) -> list[Message]:
+        return self.p.store.messages(self.session_id)
+
+    def new_message_id(self) -> str:
+        return new_id("m")
+
+    def take_steers(self) -> list[str]:
+        steers, self.live.steers = self.live.steers, []
+        return steers
+
+    def output_started(self) -> None:
+        self.live.has_output = True
+
+    def delta(self, message_id: str, text: str) -> None:
+        self.p.bus.publish(MessageDelta(session_id=self.session_id, turn_id=self.turn_id, message_id=message_id, text=text))
+
+    def add_usage(self, usage: Usage) -> None:
+        with self.p.store.db.tx(durable=False) as db:
+            repo.add_usage(db, self.turn_id, usage)
+
+    async def append(self, role: str, content: list[Block], message_id: str | None = None) -> Message:
+        message: Message = await self.p.in_thread(
+            self.p.store.append_message, self.session_id, self.turn_id, role, content, message_id
+        )
+        self.p.bus.publish(MessageAppended(session_id=self.session_id, turn_id=self.turn_id, message=message))
+        return message
+
+    def tool_started(self, call: ToolCallBlock) -> None:
+        self.live.has_output = True
+        self.p.bus.publish(ToolStarted(
+            session_id=self.session_id, turn_id=self.turn_id, tool_call_id=call.id, name=call.name, args=call.args
+        ))
+
+    def tool_finished(self, call: ToolCallBlock, result: ToolResult, duration_ms: int) -> None:
+        self.p.bus.publish(ToolFinished(
+            session_id=self.session_id, turn_id=self.turn_id, tool_call_id=call.id, name=call.name,
+            ok=result.ok, error_code=result.error_code, duration_ms=duration_ms,
+        ))
+
+    async def authorize(self, call: ToolCallBlock) -> policy.Allow | policy.Deny:
+        if self.p.live.owns(self.session_id, self.turn_id) is None:
+            return policy.Deny(Code.TOOL_ABORTED)
+        return await self.permissions.authorize(self.live, call)
+
+    async def run_tool(self, call: ToolCallBlock) -> ToolOutcome:
+        match call.name:
+            case "EnterPlanMode":
+                return self._enter(Mode.PLAN)
+            case "EnterGoalMode":
+                return self._enter(Mode.GOAL)
+            case "SubmitPlan":
+                return await self.approvals.submit(self.live, call, PlanKind.PLAN)
+            case "SubmitGoal":
+                return await self.approvals.submit(self.live, call, PlanKind.GOAL)
+            case "ReportCriteria":
+                return self.executions.report(self.live, call)
+        tool = self._workspace_tools().get(call.name)
+        if tool is None:
+            return ToolOutcome(ToolResult.error(Code.TOOL_NOT_FOUND, f"{call.name} is not available in this host"))
+        return ToolOutcome(await run_tool(tool, call.args))
+
+    def may_end(self, nudged: bool) -> TurnEnd | Nudge:
+        return self.executions.may_end(self.live, nudged)
+
+    def _enter(self, target: Mode) -> ToolOutcome:
+        session = self.p.session(self.session_id)
+        mode = change_mode(session.mode, target, ModeCause.AGENT)
+        with self.p.store.db.tx() as db:
+            repo.update_session(db, self.session_id, mode=mode.value)
+            repo.audit(db, "mode.changed", self.session_id, self.turn_id, frm=session.mode.value, to=mode.value,
+                       cause="agent")
+        updated = self.p.session(self.session_id)
+        self.p.bus.publish(SessionUpdated(session=updated))
+        submit = "SubmitPlan" if target is Mode.PLAN else "SubmitGoal"
+        return ToolOutcome(ToolResult(ok=True, output=(
+            f"{target.value.title()} mode entered. Investigate (Write and Edit are disabled), then call {submit}."
+        )))
+
+    def _workspace_tools(self) -> dict[str, Tool]:
+        if self._tools is None:
+            self._tools = make_workspace_tools(Path(self.p.session(self.session_id).root))
+        return self._tools

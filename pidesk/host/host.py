@@ -1,0 +1,326 @@
+"""``Host``: the authority, and the Python API the protocol server wraps one-to-one.
+
+Each public coroutine is one PROTOCOL.md method (``session.create`` is
+``session_create``); ``call(method, params)`` is the same table keyed by wire
+names with camelCase params, returning plain JSON values. The work is done by
+the services beside this module — sessions, turns, queue, permissions,
+approvals, executions, forks, recovery — which share the store, the event bus
+and the live state; this class only wires them and checks the preconditions
+that span them (a prompt needs an idle session).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from pidesk import PROTOCOL_VERSION, __version__
+from pidesk.config import HostConfig
+from pidesk.core.errors import Code, Conflict, InvalidParams, NotFound, PideskError
+from pidesk.core.modes import TurnOrigin
+from pidesk.core.records import AttachmentBlock, Block, Draft, Session, TextBlock, Turn
+from pidesk.host import validate
+from pidesk.host.approvals import Approvals
+from pidesk.host.bus import EventBus, Subscription
+from pidesk.host.context import HostTurnContext
+from pidesk.host.executions import Executions
+from pidesk.host.forks import Forks
+from pidesk.host.live import Live, LiveTurn
+from pidesk.host.parts import Parts
+from pidesk.host.permissions import Permissions
+from pidesk.host.queue import Queue
+from pidesk.host.recovery import Recovery, recover
+from pidesk.host.sessions import Sessions
+from pidesk.host.turns import Turns
+from pidesk.providers.base import Provider
+from pidesk.store import Store, repo
+
+DEFAULT_PAGE = 200
+MAX_PAGE = 1000
+
+
+class Host:
+    def __init__(self, config: HostConfig, provider: Provider, store: Store) -> None:
+        self.parts = Parts(config=config, store=store, bus=EventBus(), live=Live(), provider=provider)
+        p = self.parts
+        self.sessions = Sessions(p)
+        self.turns = Turns(p)
+        self.queue = Queue(p, self.turns)
+        self.permissions = Permissions(p)
+        self.approvals = Approvals(p)
+        self.executions = Executions(p, self.turns)
+        self.forks = Forks(p)
+        self.turns.context_factory = self._context
+        self.turns.after_turn = self._after_turn
+        self.recovery: Recovery | None = None
+
+    @classmethod
+    def open(cls, config: HostConfig, provider: Provider) -> Host:
+        """Open the store, recover (fail closed), and return a host ready to serve."""
+        host = cls(config, provider, Store(config.data_dir, config.faults))
+        host.recovery = recover(host.parts)
+        return host
+
+    async def close(self) -> None:
+        await self.turns.shutdown()
+        self.parts.store.close()
+
+    @property
+    def store(self) -> Store:
+        return self.parts.store
+
+    def subscribe(self) -> Subscription:
+        return self.parts.bus.subscribe()
+
+    def _context(self, live: LiveTurn) -> HostTurnContext:
+        return HostTurnContext(self.parts, live, self.permissions, self.approvals, self.executions)
+
+    async def _after_turn(self, session_id: str) -> None:
+        if not await self.executions.dispatch(session_id):
+            await self.queue.release(session_id)
+
+    # ---- host.* ---------------------------------------------------------------------
+
+    async def host_hello(self, protocol_version: Any, client: Any = None) -> dict[str, Any]:
+        if protocol_version != PROTOCOL_VERSION:
+            raise Conflict(f"this host speaks protocol {PROTOCOL_VERSION}; the client asked for "
+                           f"{protocol_version!r}", Code.PROTOCOL_MISMATCH)
+        return {"protocolVersion": PROTOCOL_VERSION, "schemaVersion": self.store.schema_version,
+                "hostVersion": __version__}
+
+    async def host_status(self) -> dict[str, int]:
+        with self.store.db.read() as db:
+            return {
+                "sessions": repo.count_sessions(db),
+                "running": len(self.parts.live.turns),
+                "pendingApprovals": len(repo.approvals(db, pending=True)),
+                "queued": repo.count_queued(db),
+            }
+
+    # ---- session.* --------------------------------------------------------------------
+
+    async def session_create(self, project_path: Any = None, title: Any = None, mode: Any = None,
+                             permission_mode: Any = None) -> Session:
+        return self.sessions.create(project_path, title, mode, permission_mode)
+
+    async def session_list(self, project_path: Any = None) -> dict[str, Any]:
+        return {"sessions": self.sessions.list(project_path)}
+
+    async def session_get(self, session_id: Any, before_seq: Any = None, limit: Any = None) -> dict[str, Any]:
+        session = self.parts.session(validate.ident(session_id, "sessionId"))
+        if before_seq is not None and (not isinstance(before_seq, int) or isinstance(before_seq, bool)):
+            raise InvalidParams("beforeSeq must be an integer")
+        count = validate.positive_int(limit, "limit", DEFAULT_PAGE, MAX_PAGE)
+        messages, has_more = self.store.page(session.id, before_seq, count)
+        pending = self.approvals.pending(session.id)
+        return {
+            "session": session, "messages": messages, "hasMore": has_more,
+            "queue": self.queue.list(session.id),
+            "pendingApproval": pending[0] if pending else None,
+            "pendingPermissions": self.permissions.pending(session.id),
+        }
+
+    async def session_turns(self, session_id: Any, limit: Any = None) -> dict[str, list[Turn]]:
+        session = self.parts.session(validate.ident(session_id, "sessionId"))
+        with self.store.db.read() as db:
+            return {"turns": repo.list_turns(db, session.id, validate.positive_int(limit, "limit", 50, 1000))}
+
+    async def session_delete(self, session_id: Any) -> dict[str, Any]:
+        self.sessions.delete(session_id)
+        return {}
+
+    async def session_set_mode(self, session_id: Any, mode: Any) -> Session:
+        return self.sessions.set_mode(session_id, mode)
+
+    async def session_set_permission_mode(self, session_id: Any, permission_mode: Any) -> Session:
+        return self.sessions.set_permission_mode(session_id, permission_mode)
+
+    async def session_fork(self, session_id: Any, through_message_id: Any = None) -> Session:
+        return self.forks.fork(session_id, through_message_id)
+
+    async def session_focus(self, session_id: Any, client_id: str = "local") -> dict[str, Any]:
+        self.sessions.focus(client_id, session_id)
+        if session_id is not None:
+            await self.queue.unhold(session_id)
+        return {}
+
+    def client_closed(self, client_id: str) -> None:
+        """A connection went away: it no longer makes any session visible."""
+        self.parts.live.focus.pop(client_id, None)
+
+    # ---- agent.* --------------------------------------------------------------------
+
+    async def agent_prompt(self, session_id: Any, text: Any, attachments: Any = None, *,
+                           unattended: bool = False, origin: TurnOrigin = TurnOrigin.INTERACTIVE) -> dict[str, str]:
+        session = self.parts.session(validate.ident(session_id, "sessionId"))
+        body = validate.text(text, "text")
+        files = validate.attachments(attachments)
+        if self.parts.is_busy(session.id):
+            raise Conflict("the session is running; queue the prompt or wait", Code.AGENT_BUSY)
+        if unattended and session.mode.is_contract:
+            raise Conflict(f"{session.mode.value.title()} mode needs an interactive session to approve its "
+                           "contract; switch the session to Agent mode to run it unattended",
+                           Code.PLAN_REQUIRES_INTERACTIVE_SESSION)
+        content: list[Block] = [TextBlock(text=body)]
+        content += [AttachmentBlock(**{f: getattr(a, f) for f in a.__struct_fields__}) for a in files]
+        turn_id, message_id = await self.turns.start(
+            session.id, content, origin=origin, unattended=unattended, draft=Draft(text=body, attachments=files)
+        )
+        return {"turnId": turn_id, "messageId": message_id}
+
+    async def agent_steer(self, session_id: Any, turn_id: Any, text: Any) -> dict[str, Any]:
+        session = self.parts.session(validate.ident(session_id, "sessionId"))
+        turn_id = validate.ident(turn_id, "turnId")
+        body = validate.text(text, "text")
+        with self.store.db.read() as db:
+            turn = repo.get_turn(db, turn_id)
+        if turn is None or turn.session_id != session.id:
+            raise NotFound(f"no turn {turn_id!r} in session {session.id}")
+        live = self.parts.live.owns(session.id, turn_id)
+        if live is None or live.stop_requested:
+            raise Conflict(f"turn {turn_id} has ended or is finishing; send a new prompt instead", Code.TURN_ENDED)
+        live.steers.append(body)
+        return {}
+
+    async def agent_stop(self, session_id: Any) -> dict[str, Any]:
+        session = self.parts.session(validate.ident(session_id, "sessionId"))
+        live = self.parts.live.turns.get(session.id)
+        if live is not None:
+            live.stop_requested = True
+        return {}
+
+    async def agent_abort(self, session_id: Any, smart: Any = None) -> dict[str, Any]:
+        session = self.parts.session(validate.ident(session_id, "sessionId"))
+        result = await self.turns.abort(session.id, smart=bool(smart))
+        out: dict[str, Any] = {"aborted": result.aborted}
+        if result.restored_draft is not None:
+            out["restoredDraft"] = result.restored_draft
+        return out
+
+    async def agent_queue_push(self, session_id: Any, text: Any, attachments: Any = None) -> dict[str, Any]:
+        entry = await self.queue.push(session_id, text, attachments)
+        return {"entryId": entry.id, "position": entry.position}
+
+    async def agent_queue_list(self, session_id: Any) -> dict[str, Any]:
+        return {"entries": self.queue.list(session_id)}
+
+    async def agent_queue_remove(self, session_id: Any, entry_id: Any) -> dict[str, Any]:
+        self.queue.remove(session_id, entry_id)
+        return {}
+
+    async def agent_queue_prioritize(self, session_id: Any, entry_id: Any) -> dict[str, Any]:
+        return {"entries": self.queue.prioritize(session_id, entry_id)}
+
+    async def agent_queue_send_now(self, session_id: Any, entry_id: Any) -> dict[str, Any]:
+        await self.queue.send_now(session_id, entry_id)
+        return {}
+
+    # ---- permissions.* / plans.* ------------------------------------------------------------
+
+    async def permissions_pending(self, session_id: Any = None) -> dict[str, Any]:
+        return {"requests": self.permissions.pending(session_id)}
+
+    async def permissions_resolve(self, request_id: Any, session_id: Any, turn_id: Any, decision: Any,
+                                  remember: Any = None) -> dict[str, Any]:
+        self.permissions.resolve(request_id, session_id, turn_id, decision, remember)
+        return {}
+
+    async def plans_pending(self, session_id: Any = None) -> dict[str, Any]:
+        return {"approvals": self.approvals.pending(session_id)}
+
+    async def plans_list(self, session_id: Any) -> dict[str, Any]:
+        return {"approvals": self.approvals.history(session_id)}
+
+    async def plans_get(self, approval_id: Any) -> dict[str, Any]:
+        approval, markdown = self.approvals.get(approval_id)
+        out: dict[str, Any] = msgspec.to_builtins(approval)
+        out["markdown"] = markdown
+        return out
+
+    async def plans_resolve(self, approval_id: Any, session_id: Any, turn_id: Any, decision: Any,
+                            permission_mode: Any = None, feedback: Any = None) -> Any:
+        return self.approvals.resolve(approval_id, session_id, turn_id, decision, permission_mode, feedback)
+
+    # ---- notifications.* / audit.* ------------------------------------------------------------
+
+    async def notifications_list(self, unseen_only: Any = None) -> dict[str, Any]:
+        with self.store.db.read() as db:
+            return {"notifications": repo.notifications(db, bool(unseen_only))}
+
+    async def notifications_mark_seen(self, ids: Any = None, session_id: Any = None) -> dict[str, Any]:
+        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+            raise InvalidParams("ids must be a list of notification ids")
+        if session_id is not None:
+            session_id = self.parts.session(validate.ident(session_id, "sessionId")).id
+        with self.store.db.tx() as db:
+            repo.mark_seen(db, ids=ids, session_id=session_id)
+        return {}
+
+    async def audit_list(self, session_id: Any = None, limit: Any = None) -> dict[str, Any]:
+        if session_id is not None:
+            session_id = self.parts.session(validate.ident(session_id, "sessionId")).id
+        with self.store.db.read() as db:
+            return {"entries": repo.audit_entries(db, session_id, validate.positive_int(limit, "limit", 100, 10_000))}
+
+    # ---- the wire table ---------------------------------------------------------------------
+
+    async def call(self, method: str, params: Any = None, *, client_id: str = "local") -> Any:
+        """Run one PROTOCOL.md method by its wire name with camelCase params; JSON-ready result."""
+        handler = METHODS.get(method)
+        if handler is None:
+            raise PideskError(f"unknown method {method!r}", Code.METHOD_NOT_FOUND)
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise InvalidParams("params must be an object")
+        fn = getattr(self, handler)
+        accepted = _wire_params(fn)
+        unknown = set(params) - set(accepted)
+        if unknown:
+            raise InvalidParams(f"unknown params for {method}: {', '.join(sorted(unknown))}")
+        kwargs = {accepted[k]: v for k, v in params.items()}
+        if method == "session.focus":
+            kwargs["client_id"] = client_id
+            kwargs.setdefault("session_id", None)
+        missing = [k for k, name in accepted.items() if _required(fn, name) and name not in kwargs]
+        if missing:
+            raise InvalidParams(f"{method} needs {', '.join(missing)}")
+        return msgspec.to_builtins(await fn(**kwargs))
+
+
+METHODS: dict[str, str] = {
+    name: re.sub(r"([A-Z])", r"_\1", name.replace(".", "_")).lower()
+    for name in (
+        "host.hello", "host.status",
+        "session.create", "session.list", "session.get", "session.turns", "session.delete",
+        "session.setMode", "session.setPermissionMode", "session.fork", "session.focus",
+        "agent.prompt", "agent.steer", "agent.stop", "agent.abort",
+        "agent.queue.push", "agent.queue.list", "agent.queue.remove", "agent.queue.prioritize",
+        "agent.queue.sendNow",
+        "permissions.pending", "permissions.resolve",
+        "plans.pending", "plans.list", "plans.get", "plans.resolve",
+        "notifications.list", "notifications.markSeen", "audit.list",
+    )
+}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _wire_params(fn: Callable[..., Any]) -> dict[str, str]:
+    """camelCase wire name -> Python parameter, for the positional-or-keyword params of a method."""
+    sig = inspect.signature(fn)
+    return {
+        _camel(name): name for name, param in sig.parameters.items()
+        if param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name != "client_id"
+    }
+
+
+def _required(fn: Callable[..., Any], name: str) -> bool:
+    return inspect.signature(fn).parameters[name].default is inspect.Parameter.empty

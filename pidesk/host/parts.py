@@ -1,0 +1,50 @@
+"""The parts every host service shares, and the small helpers they all need."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from pidesk.config import HostConfig
+from pidesk.core.errors import NotFound
+from pidesk.core.events import SessionUpdated
+from pidesk.core.records import Session
+from pidesk.host.bus import EventBus
+from pidesk.host.live import Live
+from pidesk.providers.base import Provider
+from pidesk.store import Store, repo
+
+
+@dataclass
+class Parts:
+    config: HostConfig
+    store: Store
+    bus: EventBus
+    live: Live
+    provider: Provider
+
+    def session(self, session_id: str) -> Session:
+        with self.store.db.read() as db:
+            session = repo.get_session(db, session_id)
+        if session is None:
+            raise NotFound(f"no session {session_id!r}")
+        return session
+
+    def publish_session(self, session_id: str) -> Session | None:
+        with self.store.db.read() as db:
+            session = repo.get_session(db, session_id)
+        if session is not None:
+            self.bus.publish(SessionUpdated(session=session))
+        return session
+
+    def is_busy(self, session_id: str) -> bool:
+        """An active turn, a pending approval or a queued/running execution (seed 003 §3 rule 15)."""
+        if session_id in self.live.turns:
+            return True
+        with self.store.db.read() as db:
+            return repo.has_open_contract(db, session_id)
+
+    async def in_thread(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.to_thread(fn, *args)
+

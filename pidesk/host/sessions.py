@@ -1,0 +1,131 @@
+"""Sessions: create, list, read, delete, and configure while idle.
+
+Configuration (mode, permission mode, delete) is accepted only while the
+session is idle — no active turn, pending approval or queued/running execution
+(seed 003 §3 rule 15) — and every mode change is audited. Plan and Goal need a
+persisted project: a temporary session works in ``<data_dir>/scratch/<id>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pidesk.core.errors import Code, Conflict, InvalidParams
+from pidesk.core.events import SessionDeleted
+from pidesk.core.modes import Mode, PermissionMode, PlanState, SessionStatus
+from pidesk.core.records import Session
+from pidesk.core.transitions import ModeCause, change_mode
+from pidesk.host import validate
+from pidesk.host.parts import Parts
+from pidesk.ids import new_id, now_iso
+from pidesk.store import repo
+
+
+class Sessions:
+    def __init__(self, parts: Parts) -> None:
+        self.p = parts
+
+    def create(
+        self,
+        project_path: Any = None,
+        title: Any = None,
+        mode: Any = None,
+        permission_mode: Any = None,
+    ) -> Session:
+        chosen_mode = validate.enum(mode or "agent", Mode, "mode")
+        chosen_permission = validate.enum(permission_mode or "ask", PermissionMode, "permissionMode")
+        session_id = new_id("s")
+        if project_path is not None:
+            project = Path(validate.text(project_path, "projectPath")).expanduser()
+            if not project.is_absolute():
+                raise InvalidParams(f"projectPath must be absolute; got {project_path!r}")
+            if not project.is_dir():
+                raise InvalidParams(f"projectPath {project_path!r} is not a directory")
+            project = project.resolve()
+            root = project
+        else:
+            if chosen_mode.is_contract:
+                raise Conflict("Plan and Goal need a project; a temporary session has none",
+                               Code.PLAN_WORKSPACE_REQUIRED)
+            project = None
+            root = self.p.store.scratch_root(session_id)
+            root.mkdir(parents=True, exist_ok=True)
+        now = now_iso()
+        session = Session(
+            id=session_id,
+            title=validate.text(title, "title") if title is not None else (project.name if project else "Scratch"),
+            project_path=str(project) if project else None,
+            root=str(root),
+            mode=chosen_mode,
+            permission_mode=chosen_permission,
+            status=SessionStatus.IDLE,
+            plan_state=PlanState.PLANNING if chosen_mode.is_contract else PlanState.INACTIVE,
+            current_turn_id=None,
+            forked_from=None,
+            created_at=now,
+            updated_at=now,
+        )
+        self.p.store.create_session(session)
+        self.p.publish_session(session_id)
+        return session
+
+    def list(self, project_path: Any = None) -> list[Session]:
+        if project_path is not None:
+            project_path = str(Path(validate.text(project_path, "projectPath")).expanduser().resolve())
+        with self.p.store.db.read() as db:
+            return repo.list_sessions(db, project_path)
+
+    def delete(self, session_id: Any) -> None:
+        session = self.p.session(validate.ident(session_id, "sessionId"))
+        self._require_idle(session.id)
+        self.p.store.delete_session(session.id)
+        self.p.live.held_queues.discard(session.id)
+        self.p.bus.publish(SessionDeleted(session_id=session.id))
+
+    def set_mode(self, session_id: Any, mode: Any) -> Session:
+        session = self.p.session(validate.ident(session_id, "sessionId"))
+        target = validate.enum(mode, Mode, "mode")
+        self._require_idle(session.id)
+        if target.is_contract and session.project_path is None:
+            raise Conflict("Plan and Goal need a project; this session is temporary", Code.PLAN_WORKSPACE_REQUIRED)
+        if target is not session.mode:
+            change_mode(session.mode, target, ModeCause.USER)
+            with self.p.store.db.tx() as db:
+                repo.update_session(db, session.id, mode=target.value)
+                repo.audit(db, "mode.changed", session.id, frm=session.mode.value, to=target.value, cause="user")
+        return self._published(session.id)
+
+    def set_permission_mode(self, session_id: Any, permission_mode: Any) -> Session:
+        session = self.p.session(validate.ident(session_id, "sessionId"))
+        target = validate.enum(permission_mode, PermissionMode, "permissionMode")
+        self._require_idle(session.id)
+        if target is not session.permission_mode:
+            with self.p.store.db.tx() as db:
+                repo.update_session(db, session.id, permission_mode=target.value)
+                repo.audit(
+                    db, "permission_mode.changed", session.id,
+                    frm=session.permission_mode.value, to=target.value, cause="user",
+                )
+        return self._published(session.id)
+
+    def focus(self, client_id: str, session_id: Any) -> None:
+        """This client now shows ``session_id`` (or nothing); its unseen notifications are seen."""
+        if session_id is None:
+            self.p.live.focus.pop(client_id, None)
+            return
+        session = self.p.session(validate.ident(session_id, "sessionId"))
+        self.p.live.focus[client_id] = session.id
+
+    def _require_idle(self, session_id: str) -> None:
+        if self.p.is_busy(session_id):
+            raise Conflict(
+                "the session is busy (a turn, a pending approval or a queued execution); "
+                "wait for it to finish or abort it first",
+                Code.AGENT_BUSY,
+            )
+
+    def _published(self, session_id: str) -> Session:
+        session = self.p.publish_session(session_id)
+        assert session is not None
+        return session

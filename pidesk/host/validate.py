@@ -1,0 +1,62 @@
+"""Argument checks for the Host API: bad input raises INVALID_PARAMS before anything changes.
+
+The server passes JSON values straight through, so every public Host method
+checks its arguments' types itself.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, TypeVar
+
+import msgspec
+
+from pidesk.core.errors import Code, InvalidParams
+from pidesk.core.records import Attachment
+
+E = TypeVar("E", bound=StrEnum)
+
+MAX_TEXT = 1_000_000
+
+
+def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        raise InvalidParams(f"{name} must be a non-empty string")
+    if len(value) > MAX_TEXT:
+        raise InvalidParams(f"{name} is longer than {MAX_TEXT} characters")
+    return value
+
+
+def optional_text(value: Any, name: str) -> str | None:
+    return None if value is None else text(value, name, allow_empty=True)
+
+
+def ident(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise InvalidParams(f"{name} must be an id string")
+    return value
+
+
+def enum(value: Any, kind: type[E], name: str, code: Code = Code.INVALID_PARAMS) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(repr(v.value) for v in kind)
+        raise InvalidParams(f"{name} must be one of {choices}; got {value!r}", code) from None
+
+
+def positive_int(value: Any, name: str, default: int, maximum: int) -> int:
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidParams(f"{name} must be a positive integer")
+    return min(value, maximum)
+
+
+def attachments(value: Any) -> list[Attachment]:
+    if value is None:
+        return []
+    try:
+        return msgspec.convert(value, list[Attachment])
+    except msgspec.ValidationError as exc:
+        raise InvalidParams(f"attachments: {exc}") from None

@@ -1,0 +1,1 @@
+"""The agent loop: provider stream -> assistant message -> tool calls -> host.authorize -> results."""

@@ -1,0 +1,185 @@
+"""The agent loop of one turn.
+
+    steer? stop? -> model call (stream) -> assistant message
+      -> no tool calls: ask the host whether the turn may end (a Goal execution
+         must have reported its criteria) -> end
+      -> tool batch: each call is authorized by the host (which reads durable
+         mode and permission state itself), run, and its result persisted
+      -> loop
+
+The loop owns no state that outlives the turn and makes no policy decision: it
+asks its ``TurnContext`` (implemented by the host) for everything. A provider
+failure is a value (``Done("error")``), never an exception. Cancellation is the
+abort signal: the loop records ``TOOL_ABORTED`` results for every unfinished
+call of the batch, then lets the cancellation through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pidesk.core.errors import Code
+from pidesk.core.policy import Allow, Deny, batch_is_exclusive_violation
+from pidesk.core.records import Block, Message, TextBlock, ToolCallBlock, ToolResultBlock, Usage
+from pidesk.providers.base import Done, ModelRequest, Provider, TextDelta, ToolCall, UsageReport
+from pidesk.tools.base import ToolResult
+
+
+@dataclass(frozen=True)
+class Completed:
+    pass
+
+
+@dataclass(frozen=True)
+class Failed:
+    code: str
+
+
+TurnEnd = Completed | Failed
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    result: ToolResult
+    end: TurnEnd | None = None  # the turn ends after this call, with no further model call
+
+
+@dataclass(frozen=True)
+class Nudge:
+    text: str
+
+
+class TurnContext(Protocol):
+    session_id: str
+    turn_id: str
+
+    @property
+    def stop_requested(self) -> bool: ...
+    def system_prompt(self) -> str: ...
+    def tool_specs(self) -> list[dict[str, Any]]: ...
+    def history(self) -> list[Message]: ...
+    def new_message_id(self) -> str: ...
+    def take_steers(self) -> list[str]: ...
+    def output_started(self) -> None: ...
+    def delta(self, message_id: str, text: str) -> None: ...
+    def add_usage(self, usage: Usage) -> None: ...
+    async def append(self, role: str, content: list[Block], message_id: str | None = None) -> Message: ...
+    def tool_started(self, call: ToolCallBlock) -> None: ...
+    def tool_finished(self, call: ToolCallBlock, result: ToolResult, duration_ms: int) -> None: ...
+    async def authorize(self, call: ToolCallBlock) -> Allow | Deny: ...
+    async def run_tool(self, call: ToolCallBlock) -> ToolOutcome: ...
+    def may_end(self, nudged: bool) -> TurnEnd | Nudge: ...
+
+
+# A denial that means this turn cannot go on (an unattended run met an Ask).
+_TURN_ENDING_DENIALS = frozenset({Code.PERMISSION_REQUIRED})
+_SUBMIT_TOOLS = frozenset({"SubmitPlan", "SubmitGoal"})
+MAX_MODEL_CALLS = 200  # a bound on every turn's loop
+
+
+async def run_turn(ctx: TurnContext, provider: Provider) -> TurnEnd:
+    nudged = False
+    for _ in range(MAX_MODEL_CALLS):
+        for text in ctx.take_steers():
+            await ctx.append("user", [TextBlock(text=text)])
+        if ctx.stop_requested:
+            return Completed()
+        message_id = ctx.new_message_id()
+        blocks, done = await _stream(ctx, provider, message_id)
+        if done.stop_reason in ("error", "aborted"):
+            if blocks:
+                await ctx.append("assistant", blocks, message_id)
+            return Failed(done.error_code or Code.PROVIDER_ERROR)
+        await ctx.append("assistant", blocks or [TextBlock(text="")], message_id)
+        calls = [b for b in blocks if isinstance(b, ToolCallBlock)]
+        if not calls:
+            verdict = ctx.may_end(nudged)
+            if isinstance(verdict, Nudge):
+                nudged = True
+                await ctx.append("user", [TextBlock(text=verdict.text)])
+                continue
+            return verdict
+        end = await _run_batch(ctx, calls)
+        if end is not None:
+            return end
+    return Failed(Code.INTERNAL)
+
+
+async def _stream(ctx: TurnContext, provider: Provider, message_id: str) -> tuple[list[Block], Done]:
+    request = ModelRequest(
+        session_id=ctx.session_id, turn_id=ctx.turn_id, system=ctx.system_prompt(),
+        messages=ctx.history(), tools=ctx.tool_specs(),
+    )
+    text: list[str] = []
+    calls: list[ToolCallBlock] = []
+    done = Done("error", Code.STREAM_FAILED, "the stream ended without a stop reason")
+    async with aclosing(provider.stream(request)) as stream:
+        async for event in stream:
+            if isinstance(event, TextDelta):
+                if not text:
+                    ctx.output_started()
+                text.append(event.text)
+                ctx.delta(message_id, event.text)
+            elif isinstance(event, ToolCall):
+                ctx.output_started()
+                calls.append(ToolCallBlock(id=event.id, name=event.name, args=event.args))
+            elif isinstance(event, UsageReport):
+                ctx.add_usage(Usage(
+                    input_tokens=event.input_tokens, output_tokens=event.output_tokens,
+                    cache_tokens=event.cache_tokens,
+                ))
+            else:
+                done = event
+                break
+    blocks: list[Block] = [TextBlock(text="".join(text))] if text else []
+    return [*blocks, *calls], done
+
+
+async def _run_batch(ctx: TurnContext, calls: list[ToolCallBlock]) -> TurnEnd | None:
+    if batch_is_exclusive_violation([c.name for c in calls]):
+        for call in calls:
+            ctx.tool_started(call)
+            await _record(ctx, call, ToolResult.error(
+                Code.TOOL_BATCH_EXCLUSIVE,
+                "EnterPlanMode, EnterGoalMode, SubmitPlan and SubmitGoal must be the only tool call "
+                "in their batch; nothing in this batch ran",
+            ), 0)
+        return None
+    unfinished = list(calls)
+    try:
+        for call in calls:
+            ctx.tool_started(call)
+            started = time.monotonic()
+            decision = await ctx.authorize(call)
+            if isinstance(decision, Deny):
+                outcome = ToolOutcome(ToolResult.error(decision.code, f"{call.name} was not run: {decision.code}"))
+                if decision.code in _TURN_ENDING_DENIALS:
+                    outcome = ToolOutcome(outcome.result, Failed(decision.code))
+            else:
+                outcome = await ctx.run_tool(call)
+            await _record(ctx, call, outcome.result, _ms_since(started))
+            unfinished.remove(call)
+            if outcome.end is not None:
+                return outcome.end
+    except asyncio.CancelledError:
+        for call in unfinished:
+            code = Code.PLAN_APPROVAL_INTERRUPTED if call.name in _SUBMIT_TOOLS else Code.TOOL_ABORTED
+            await _record(ctx, call, ToolResult.error(code, "the turn was aborted"), 0)
+        raise
+    return None
+
+
+async def _record(ctx: TurnContext, call: ToolCallBlock, result: ToolResult, duration_ms: int) -> None:
+    block = ToolResultBlock(
+        tool_call_id=call.id, name=call.name, ok=result.ok, output=result.output, error_code=result.error_code
+    )
+    await ctx.append("tool", [block])
+    ctx.tool_finished(call, result, duration_ms)
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

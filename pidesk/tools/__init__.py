@@ -1,0 +1,53 @@
+"""The workspace tools the agent runtime calls, built as factories over a session root.
+
+``make_workspace_tools(root)`` gives the file and shell tools by their protocol
+names; ``TOOL_SPECS`` describes every model-visible tool, including those the
+runtime and host implement themselves (mode, plan, goal and task tools).
+``check_paths`` is the path verdict the host applies before any permission Ask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from pidesk.tools.base import Tool, ToolFailure, ToolResult, run_tool
+from pidesk.tools.bash import make_bash_tool
+from pidesk.tools.files import (
+    make_edit_tool,
+    make_glob_tool,
+    make_grep_tool,
+    make_read_tool,
+    make_write_tool,
+)
+from pidesk.tools.specs import TOOL_SPECS
+from pidesk.tools.workspace import check_paths, resolve
+
+__all__ = [
+    "TOOL_SPECS",
+    "Tool",
+    "ToolFailure",
+    "ToolResult",
+    "check_paths",
+    "make_bash_tool",
+    "make_edit_tool",
+    "make_glob_tool",
+    "make_grep_tool",
+    "make_read_tool",
+    "make_workspace_tools",
+    "make_write_tool",
+    "resolve",
+    "run_tool",
+]
+
+
+def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None) -> dict[str, Tool]:
+    """``env`` is the Bash environment (``None``: inherit the host's)."""
+    return {
+        "Read": make_read_tool(root),
+        "Glob": make_glob_tool(root),
+        "Grep": make_grep_tool(root),
+        "Write": make_write_tool(root),
+        "Edit": make_edit_tool(root),
+        "Bash": make_bash_tool(root, env=env),
+    }

@@ -1,0 +1,194 @@
+"""Bash: one ``bash -c`` per call, in the session root, in its own process group.
+
+Invariant: nothing a call starts outlives the call. The command runs as the
+leader of a new session (so its process group holds every descendant that does
+not detach itself), with stdin from /dev/null and stdout+stderr merged into
+one pipe. However the call ends, the group is stopped before it returns:
+
+- normal exit: leftover background processes get SIGTERM, then SIGKILL after
+  ``kill_grace_ms``; a process that must keep running has to detach itself
+  (``setsid cmd >log 2>&1 &``);
+- timeout: the same, and the result is ``TOOL_TIMEOUT``;
+- cancellation (abort): SIGKILL at once, then ``CancelledError`` propagates.
+
+"Stopped" means no member of the group is still running (zombies waiting for
+init count as stopped); each wait for that is bounded, so a process stuck in
+the kernel cannot hang the call. Only the last ``max_output`` bytes of output
+are kept, with a note of how much was cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from pidesk.core.errors import Code
+from pidesk.tools.base import Tool, ToolFailure, ToolResult, optional_int, require_str
+
+MAX_TIMEOUT_MS: Final = 600_000
+_KILL_WAIT_S: Final = 2.0
+_EOF_WAIT_S: Final = 0.5
+_POLL_S: Final = 0.01
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    def __init__(self, limit: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.limit = limit
+        self.tail = bytearray()
+        self.total = 0
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.eof: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.total += len(data)
+        self.tail += data
+        if len(self.tail) > 2 * self.limit:
+            del self.tail[: -self.limit]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if not self.eof.done():
+            self.eof.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def text(self) -> str:
+        kept = bytes(self.tail[-self.limit :]) if self.limit else b""
+        cut = self.total - len(kept)
+        if cut:
+            while kept and kept[0] & 0xC0 == 0x80:
+                kept = kept[1:]
+                cut += 1
+        body = kept.decode("utf-8", errors="replace").rstrip("\n") or "(no output)"
+        return f"[{cut} earlier bytes of output cut]\n{body}" if cut else body
+
+
+def make_bash_tool(
+    root: Path,
+    *,
+    default_timeout_ms: int = 120_000,
+    max_output: int = 30_000,
+    kill_grace_ms: int = 1_000,
+    env: Mapping[str, str] | None = None,
+) -> Tool:
+    """``env`` replaces the inherited environment (the composition root passes one
+    without provider keys); ``None`` inherits the host's."""
+    root = root.resolve()
+    bash = shutil.which("bash") or "/bin/bash"
+    max_timeout_ms = max(MAX_TIMEOUT_MS, default_timeout_ms)
+    child_env = dict(env) if env is not None else None
+
+    async def run(args: dict[str, Any]) -> ToolResult:
+        command = require_str(args, "Bash", "command")
+        timeout_ms = (
+            optional_int(args, "Bash", "timeoutMs", minimum=1, maximum=max_timeout_ms)
+            or default_timeout_ms
+        )
+        loop = asyncio.get_running_loop()
+        try:
+            transport, collector = await loop.subprocess_exec(
+                lambda: _Collector(max_output),
+                bash,
+                "-c",
+                command,
+                cwd=root,
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolFailure(None, f"Bash: cannot start {bash} in {root}: {exc}") from None
+        group = transport.get_pid()
+        try:
+            done, _ = await asyncio.wait({collector.exited}, timeout=timeout_ms / 1000)
+            timed_out = not done
+            await _stop_group(group, kill_grace_ms / 1000)
+            await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)
+            await asyncio.wait({collector.eof}, timeout=_EOF_WAIT_S)
+        except BaseException:
+            _signal_group(group, signal.SIGKILL)
+            await _wait_stopped(group, _KILL_WAIT_S)
+            raise
+        finally:
+            transport.close()
+        output = collector.text()
+        if not collector.eof.done():
+            output += "\n[stopped reading: a detached process still holds the output open]"
+        if timed_out:
+            return ToolResult.error(
+                Code.TOOL_TIMEOUT,
+                f"{output}\n[timed out after {timeout_ms} ms; the command and its processes "
+                "were killed]",
+            )
+        code = transport.get_returncode()
+        if code is not None and code < 0:
+            return ToolResult.failure(f"{output}\n[killed by signal {-code}]")
+        return ToolResult(ok=code == 0, output=f"{output}\n[exit code {code}]")
+
+    return run
+
+
+async def _stop_group(group: int, grace_s: float) -> None:
+    if not _group_running(group):
+        return
+    _signal_group(group, signal.SIGTERM)
+    if await _wait_stopped(group, grace_s):
+        return
+    _signal_group(group, signal.SIGKILL)
+    await _wait_stopped(group, _KILL_WAIT_S)
+
+
+async def _wait_stopped(group: int, limit_s: float) -> bool:
+    """Poll until no member of ``group`` runs; False if ``limit_s`` passed first.
+
+    There is no event for "a process group emptied" (its members need not be our
+    children), so this polls; SIGKILLed processes stop within milliseconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while _group_running(group):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(_POLL_S)
+    return True
+
+
+def _signal_group(group: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(group, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_running(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                fields = file.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == group and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
