@@ -1,0 +1,61 @@
+"""Shared fixtures: a real Host on a real data directory, driven by the scripted provider."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from pidesk.config import HostConfig
+from pidesk.host import Host
+from pidesk.providers.scripted import ScriptedProvider
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "README.md").write_text("# demo project\n")
+    (root / "src").mkdir()
+    (root / "src" / "app.py").write_text("print('hello')\n")
+    return root
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def provider() -> ScriptedProvider:
+    return ScriptedProvider()
+
+
+HostFactory = Callable[..., Host]
+
+
+@pytest_asyncio.fixture
+async def make_host(data_dir: Path, provider: ScriptedProvider) -> AsyncIterator[HostFactory]:
+    """Open hosts on the shared data dir; every host opened is closed at the end."""
+    opened: list[Host] = []
+
+    def open_host(**overrides: Any) -> Host:
+        config = HostConfig(data_dir=data_dir, **{k: v for k, v in overrides.items() if k != "provider"})
+        host = Host.open(config, overrides.get("provider", provider))
+        opened.append(host)
+        return host
+
+    yield open_host
+    for host in opened:
+        try:
+            await host.close()
+        except Exception:
+            pass
+
+
+@pytest_asyncio.fixture
+async def host(make_host: HostFactory) -> Host:
+    return make_host()

@@ -1,0 +1,59 @@
+"""Helpers for driving a Host in tests: wire calls and waiting on events (never on time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pidesk.core import events as ev
+from pidesk.host import Host
+from pidesk.host.bus import Subscription
+
+
+def submit_plan(title: str = "Add notes", markdown: str = "# Plan\n\n1. Write NOTES.md\n",
+                question: str = "Shall I?") -> dict[str, Any]:
+    return {"toolCalls": [{"name": "SubmitPlan", "args": {"title": title, "markdown": markdown, "question": question}}]}
+
+
+def submit_goal(criteria: list[str], title: str = "Notes exist") -> dict[str, Any]:
+    return {"toolCalls": [{"name": "SubmitGoal", "args": {
+        "title": title, "markdown": "# Goal\n\nNOTES.md exists.\n\n## Criteria\n" + "".join(f"- {c}\n" for c in criteria),
+        "question": "Approve?", "criteria": criteria}}]}
+
+
+def tool(name: str, **args: Any) -> dict[str, Any]:
+    return {"toolCalls": [{"name": name, "args": args}]}
+
+
+async def ended(sub: Subscription, turn_id: str | None = None) -> ev.TurnEnded:
+    event = await sub.wait_for(lambda e: isinstance(e, ev.TurnEnded) and (turn_id is None or e.turn_id == turn_id))
+    assert isinstance(event, ev.TurnEnded)
+    return event
+
+
+async def plan_requested(sub: Subscription) -> ev.PlanRequested:
+    event = await sub.wait_for(lambda e: isinstance(e, ev.PlanRequested))
+    assert isinstance(event, ev.PlanRequested)
+    return event
+
+
+async def permission_requested(sub: Subscription) -> ev.PermissionRequested:
+    event = await sub.wait_for(lambda e: isinstance(e, ev.PermissionRequested))
+    assert isinstance(event, ev.PermissionRequested)
+    return event
+
+
+async def session(host: Host, project: Any = None, **params: Any) -> dict[str, Any]:
+    if project is not None:
+        params["projectPath"] = str(project)
+    result: dict[str, Any] = await host.call("session.create", params)
+    return result
+
+
+async def prompt(host: Host, session_id: str, text: str = "go") -> dict[str, str]:
+    result: dict[str, str] = await host.call("agent.prompt", {"sessionId": session_id, "text": text})
+    return result
+
+
+async def state(host: Host, session_id: str) -> dict[str, Any]:
+    result: dict[str, Any] = await host.call("session.get", {"sessionId": session_id})
+    return result
