@@ -22,6 +22,8 @@ class HostConfig:
     model: str = "scripted"
     approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
     faults: Faults = field(default_factory=Faults)
+    # the environment Bash runs with: the host's, less anything that looks like a secret
+    tool_env: Mapping[str, str] | None = None
 
     @classmethod
     def from_environ(
@@ -37,11 +39,20 @@ class HostConfig:
             data_dir=data_dir or Path(env.get("PIDESK_HOME") or _default_data_dir()),
             model=model or env.get("PIDESK_MODEL", "scripted"),
             approval_timeout=approval_timeout or float(env.get("PIDESK_APPROVAL_TIMEOUT", DEFAULT_APPROVAL_TIMEOUT)),
+            tool_env=without_secrets(env),
             faults=Faults(
                 frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
                 env.get("PIDESK_FAULT_ACTION", "kill"),
             ),
         )
+
+
+_SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+
+
+def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment minus provider keys and anything named like a secret (never shown to tools)."""
+    return {k: v for k, v in environ.items() if not any(mark in k.upper() for mark in _SECRET_MARKS)}
 
 
 def _default_data_dir() -> str:

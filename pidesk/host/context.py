@@ -137,5 +137,6 @@ class HostTurnContext:
 
     def _workspace_tools(self) -> dict[str, Tool]:
         if self._tools is None:
-            self._tools = make_workspace_tools(Path(self.p.session(self.session_id).root))
+            root = Path(self.p.session(self.session_id).root)
+            self._tools = make_workspace_tools(root, env=self.p.config.tool_env)
         return self._tools

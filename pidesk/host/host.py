@@ -248,6 +248,8 @@ class Host:
     # ---- notifications.* / audit.* ------------------------------------------------------------
 
     async def notifications_list(self, unseen_only: Any = None) -> dict[str, Any]:
+        if unseen_only is not None and not isinstance(unseen_only, bool):
+            raise InvalidParams("unseenOnly must be true or false")
         with self.store.db.read() as db:
             return {"notifications": repo.notifications(db, bool(unseen_only))}
 

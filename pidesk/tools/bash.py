@@ -9,7 +9,9 @@ one pipe. However the call ends, the group is stopped before it returns:
   ``kill_grace_ms``; a process that must keep running has to detach itself
   (``setsid cmd >log 2>&1 &``);
 - timeout: the same, and the result is ``TOOL_TIMEOUT``;
-- cancellation (abort): SIGKILL at once, then ``CancelledError`` propagates.
+- cancellation (abort): SIGKILL at once, then ``CancelledError`` propagates;
+  this holds even while bash is still being spawned (the spawn is shielded,
+  finished, and its group killed).
 
 "Stopped" means no member of the group is still running (zombies waiting for
 init count as stopped); each wait for that is bounded, so a process stuck in
@@ -93,8 +95,8 @@ def make_bash_tool(
             or default_timeout_ms
         )
         loop = asyncio.get_running_loop()
-        try:
-            transport, collector = await loop.subprocess_exec(
+        spawn = asyncio.ensure_future(
+            loop.subprocess_exec(
                 lambda: _Collector(max_output),
                 bash,
                 "-c",
@@ -106,6 +108,12 @@ def make_bash_tool(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        )
+        try:
+            transport, collector = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            await _kill_spawned(spawn)
+            raise
         except OSError as exc:
             raise ToolFailure(None, f"Bash: cannot start {bash} in {root}: {exc}") from None
         group = transport.get_pid()
@@ -136,6 +144,20 @@ def make_bash_tool(
         return ToolResult(ok=code == 0, output=f"{output}\n[exit code {code}]")
 
     return run
+
+
+async def _kill_spawned(
+    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, _Collector]],
+) -> None:
+    """Cancelled while spawning: the command may already run, so let the spawn finish
+    and kill its group (``subprocess_exec`` on its own would kill only bash)."""
+    try:
+        transport, _ = await spawn
+    except OSError:
+        return
+    _signal_group(transport.get_pid(), signal.SIGKILL)
+    await _wait_stopped(transport.get_pid(), _KILL_WAIT_S)
+    transport.close()
 
 
 async def _stop_group(group: int, grace_s: float) -> None:

@@ -138,6 +138,7 @@ def make_grep_tool(root: Path, *, max_matches: int = DEFAULT_MAX_RESULTS) -> Too
                 Code.INVALID_ARGUMENTS, f"Grep: invalid regular expression {pattern!r}: {exc}"
             ) from None
         name_filter = glob_regex(file_glob) if file_glob else None
+        filter_on_path = file_glob is not None and "/" in file_glob
         start = _search_start(root, args, "Grep", for_read=True)
         walk = _Walk(root, start, hide_secrets=True)
         candidates: Iterator[tuple[Path, str, str]]
@@ -149,10 +150,9 @@ def make_grep_tool(root: Path, *, max_matches: int = DEFAULT_MAX_RESULTS) -> Too
         found: list[str] = []
         total = 0
         for path, rel, below in candidates:
-            if name_filter is not None:
-                subject = below if "/" in (file_glob or "") else below.rsplit("/", 1)[-1]
-                if not name_filter.match(subject):
-                    continue
+            subject = below if filter_on_path else below.rsplit("/", 1)[-1]
+            if name_filter is not None and not name_filter.match(subject):
+                continue
             for lineno, line in _text_lines(path):
                 if regex.search(line):
                     total += 1

@@ -1,0 +1,106 @@
+"""Every Host method validates its arguments: bad input raises the PROTOCOL.md code and changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from pidesk.core.errors import PideskError
+from pidesk.host import METHODS
+from tests.scenario import session
+
+
+UNKNOWN = "x_unknown"
+
+# method -> (params, expected code); "{sid}" is replaced by a real idle session id.
+CASES: list[tuple[str, dict, str]] = [
+    ("host.hello", {"protocolVersion": 99}, "PROTOCOL_MISMATCH"),
+    ("host.hello", {}, "INVALID_PARAMS"),
+    ("host.status", {"verbose": True}, "INVALID_PARAMS"),
+    ("notifications.list", {"unseenOnly": "yes"}, "INVALID_PARAMS"),
+    ("session.create", {"projectPath": "relative/path"}, "INVALID_PARAMS"),
+    ("session.create", {"projectPath": "/definitely/not/here"}, "INVALID_PARAMS"),
+    ("session.create", {"mode": "chat"}, "INVALID_PARAMS"),
+    ("session.create", {"mode": "plan"}, "PLAN_WORKSPACE_REQUIRED"),
+    ("session.create", {"permissionMode": "yolo"}, "INVALID_PARAMS"),
+    ("session.create", {"title": 7}, "INVALID_PARAMS"),
+    ("session.create", {"bogus": 1}, "INVALID_PARAMS"),
+    ("session.list", {"projectPath": 3}, "INVALID_PARAMS"),
+    ("session.get", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("session.get", {"sessionId": "{sid}", "limit": 0}, "INVALID_PARAMS"),
+    ("session.get", {"sessionId": "{sid}", "beforeSeq": "3"}, "INVALID_PARAMS"),
+    ("session.get", {}, "INVALID_PARAMS"),
+    ("session.turns", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("session.turns", {"sessionId": "{sid}", "limit": -1}, "INVALID_PARAMS"),
+    ("session.delete", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("session.setMode", {"sessionId": "{sid}", "mode": "chat"}, "INVALID_PARAMS"),
+    ("session.setMode", {"sessionId": UNKNOWN, "mode": "plan"}, "NOT_FOUND"),
+    ("session.setPermissionMode", {"sessionId": "{sid}", "permissionMode": "never"}, "INVALID_PARAMS"),
+    ("session.fork", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("session.fork", {"sessionId": "{sid}", "throughMessageId": UNKNOWN}, "NOT_FOUND"),
+    ("session.focus", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("agent.prompt", {"sessionId": "{sid}", "text": ""}, "INVALID_PARAMS"),
+    ("agent.prompt", {"sessionId": "{sid}", "text": ["not", "text"]}, "INVALID_PARAMS"),
+    ("agent.prompt", {"sessionId": "{sid}", "text": "hi", "attachments": [{"kind": "file"}]}, "INVALID_PARAMS"),
+    ("agent.prompt", {"sessionId": UNKNOWN, "text": "hi"}, "NOT_FOUND"),
+    ("agent.steer", {"sessionId": "{sid}", "turnId": UNKNOWN, "text": "x"}, "NOT_FOUND"),
+    ("agent.stop", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("agent.abort", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("agent.queue.push", {"sessionId": "{sid}", "text": None}, "INVALID_PARAMS"),
+    ("agent.queue.push", {"sessionId": UNKNOWN, "text": "x"}, "NOT_FOUND"),
+    ("agent.queue.list", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("agent.queue.remove", {"sessionId": "{sid}", "entryId": UNKNOWN}, "NOT_FOUND"),
+    ("agent.queue.prioritize", {"sessionId": "{sid}", "entryId": UNKNOWN}, "NOT_FOUND"),
+    ("agent.queue.sendNow", {"sessionId": "{sid}", "entryId": UNKNOWN}, "NOT_FOUND"),
+    ("permissions.pending", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("permissions.resolve", {"requestId": UNKNOWN, "sessionId": "{sid}", "turnId": UNKNOWN, "decision": "allow"}, "NOT_FOUND"),
+    ("permissions.resolve", {"requestId": UNKNOWN, "sessionId": "{sid}", "turnId": UNKNOWN, "decision": "maybe"}, "INVALID_PARAMS"),
+    ("plans.pending", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("plans.list", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("plans.get", {"approvalId": UNKNOWN}, "PLAN_NOT_FOUND"),
+    ("plans.resolve", {"approvalId": UNKNOWN, "sessionId": "{sid}", "turnId": UNKNOWN, "decision": "approve"}, "PLAN_NOT_FOUND"),
+    ("plans.resolve", {"approvalId": UNKNOWN, "sessionId": "{sid}", "turnId": UNKNOWN, "decision": "revise"}, "INVALID_PARAMS"),
+    ("notifications.markSeen", {"ids": "n_1"}, "INVALID_PARAMS"),
+    ("notifications.markSeen", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("audit.list", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("audit.list", {"limit": "ten"}, "INVALID_PARAMS"),
+    ("no.such.method", {}, "METHOD_NOT_FOUND"),
+]
+
+
+def _fingerprint(host) -> str:
+    """Every index row and every transcript byte: bad input must leave all of it unchanged."""
+    digest = hashlib.sha256()
+    with host.store.db.read() as db:
+        for table in ("sessions", "turns", "messages", "plan_approvals", "permission_requests", "grants",
+                      "queue", "notifications", "audit"):
+            for row in db.execute(f"SELECT * FROM {table} ORDER BY rowid"):
+                digest.update(repr(row).encode())
+    for path in sorted((host.store.data_dir / "transcripts").iterdir()):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_the_cases_cover_every_method():
+    assert {method for method, _, _ in CASES} >= set(METHODS)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("method", "params", "code"), CASES, ids=[f"{m}-{c}-{i}" for i, (m, _, c) in enumerate(CASES)])
+async def test_bad_input_raises_its_protocol_code_and_changes_nothing(host, project, method, params, code):
+    s = await session(host, project)
+    params = {k: (s["id"] if v == "{sid}" else v) for k, v in params.items()}
+    before = _fingerprint(host)
+    with pytest.raises(PideskError) as error:
+        await host.call(method, params)
+    assert error.value.code == code
+    assert _fingerprint(host) == before
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("params", [["positional"], "text", 3])
+async def test_params_must_be_an_object(host, params):
+    with pytest.raises(PideskError) as error:
+        await host.call("host.status", params)
+    assert error.value.code == "INVALID_PARAMS"
