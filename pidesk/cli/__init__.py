@@ -1,0 +1,1 @@
+"""The ``pidesk`` command: the composition root that wires concrete parts together."""

@@ -1,0 +1,51 @@
+"""``pidesk run`` as a user runs it: a real subprocess, a real data dir, a scripted model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "notes.json"
+
+
+def pidesk(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pidesk", *args, "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_unattended_run_streams_the_turn_and_exits_zero(project, data_dir):
+    done = pidesk("run", str(project), "write notes", "--model", f"scripted/{EXAMPLE}", "--permission", "auto",
+                  data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    assert "Done: NOTES.md is in place." in done.stdout and "✓ Write" in done.stdout
+    assert (project / "NOTES.md").read_text().startswith("# Notes")
+
+
+def test_an_ask_nobody_can_answer_fails_fast_with_permission_required(project, data_dir):
+    done = pidesk("run", str(project), "write notes", "--model", f"scripted/{EXAMPLE}", "--json", data_dir=data_dir)
+    assert done.returncode == 1
+    assert "PERMISSION_REQUIRED" in done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [e["seq"] for e in events] == list(range(events[0]["seq"], events[0]["seq"] + len(events)))
+    assert events[-1]["type"] == "turn.ended" and events[-1]["errorCode"] == "PERMISSION_REQUIRED"
+    assert not (project / "NOTES.md").exists()
+
+
+def test_plan_and_goal_runs_are_refused_before_anything_happens(project, data_dir):
+    for mode in ("plan", "goal"):
+        done = pidesk("run", str(project), "plan it", "--mode", mode, data_dir=data_dir)
+        assert done.returncode == 2
+        assert "PLAN_REQUIRES_INTERACTIVE_SESSION" in done.stderr
+    status = pidesk("status", data_dir=data_dir)
+    assert "sessions: 0" in status.stdout
+
+
+def test_a_bad_model_script_is_a_clear_error(project, data_dir, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    done = pidesk("run", str(project), "x", "--model", f"scripted/{bad}", data_dir=data_dir)
+    assert done.returncode == 2 and "MODEL_NOT_CONFIGURED" in done.stderr and "Traceback" not in done.stderr
