@@ -17,7 +17,7 @@ from typing import Any
 from pidesk.core import policy
 from pidesk.core.errors import Code, Conflict, InvalidParams, NotFound
 from pidesk.core.events import PermissionRequested, PermissionResolved
-from pidesk.core.modes import Mode, PermissionStatus
+from pidesk.core.modes import Mode, PermissionStatus, SessionStatus
 from pidesk.core.records import PermissionRequest, ToolCallBlock
 from pidesk.host import validate
 from pidesk.host.live import LiveTurn
@@ -62,7 +62,8 @@ class Permissions:
         try:
             with self.p.store.db.tx() as db:
                 repo.insert_request(db, request)
-                repo.update_session(db, live.session_id, status="waiting_permission")
+                repo.set_status(db, live.session_id, SessionStatus.RUNNING, SessionStatus.WAITING_PERMISSION,
+                                live.turn_id)
             self.p.bus.publish(PermissionRequested(request=request))
             self.p.publish_session(live.session_id)
             allowed, _remember = await future
@@ -100,7 +101,7 @@ class Permissions:
         status = PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED
         with self.p.store.db.tx() as db:
             repo.settle_request(db, request.id, status)
-            repo.update_session(db, session_id, status="running")
+            repo.set_status(db, session_id, SessionStatus.WAITING_PERMISSION, SessionStatus.RUNNING, turn_id)
             repo.audit(db, "permission.resolved", session_id, turn_id, tool=request.tool, decision=decision)
             if allowed and remember == "session":
                 repo.insert_grant(db, session_id, request.tool)

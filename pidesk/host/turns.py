@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from pidesk.core.errors import Code, StoreError
+from pidesk.core.errors import Code, Conflict, StoreError
 from pidesk.core.events import (
     ExecutionChanged,
     MessageAppended,
@@ -35,7 +35,7 @@ from pidesk.core.events import (
     TurnEnded,
     TurnStarted,
 )
-from pidesk.core.modes import ExecutionState, NotificationKind, TurnOrigin, TurnReason
+from pidesk.core.modes import ExecutionState, NotificationKind, SessionStatus, TurnOrigin, TurnReason
 from pidesk.core.records import Block, Draft, Notification
 from pidesk.host.live import GoalProgress, LiveTurn
 from pidesk.host.parts import Parts
@@ -87,7 +87,8 @@ class Turns:
         try:
             with self.p.store.db.tx() as db:
                 repo.insert_turn(db, turn_id, session_id, origin, approval_id)
-                repo.update_session(db, session_id, status="running", current_turn_id=turn_id)
+                if not repo.set_status(db, session_id, SessionStatus.IDLE, SessionStatus.RUNNING, turn_id):
+                    raise Conflict("the session is not idle", Code.AGENT_BUSY)
                 if approval_id is not None:
                     repo.set_execution_state(db, approval_id, ExecutionState.QUEUED, ExecutionState.RUNNING)
                 if consume_entry is not None:
@@ -147,7 +148,7 @@ class Turns:
         execution = None
         with self.p.store.db.tx() as db:
             if repo.end_turn_row(db, live.turn_id, reason, code):
-                repo.update_session(db, live.session_id, status="idle", current_turn_id=None)
+                repo.end_activity(db, live.session_id, live.turn_id)
                 if live.approval_id is not None:
                     execution = ExecutionState.COMPLETED if reason is TurnReason.COMPLETED else ExecutionState.FAILED
                     repo.set_execution_state(db, live.approval_id, ExecutionState.RUNNING, execution)
@@ -188,7 +189,7 @@ class Turns:
             assert live.root_message_id is not None
             await self.p.in_thread(self.p.store.cut_from, session_id, live.root_message_id, lambda _db: None)
         with self.p.store.db.tx() as db:
-            repo.update_session(db, session_id, status="idle", current_turn_id=None)
+            repo.end_activity(db, session_id, live.turn_id)
         self._release(live)
         with self.p.store.db.read() as db:
             for request_id in requests:

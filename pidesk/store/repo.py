@@ -39,6 +39,7 @@ from pidesk.core.records import (
     Turn,
     Usage,
 )
+from pidesk.core.transitions import advance
 from pidesk.ids import new_id, now_iso
 
 Row = tuple[Any, ...]
@@ -99,6 +100,28 @@ def list_sessions(db: sqlite3.Connection, project_path: str | None = None) -> li
             (project_path,),
         ).fetchall()
     return [_session(r) for r in rows]
+
+
+def set_status(
+    db: sqlite3.Connection, session_id: str, current: SessionStatus, target: SessionStatus,
+    current_turn_id: str | None,
+) -> bool:
+    """Move the session's status along the table; False (no change) if it was not ``current``."""
+    advance(current, target)
+    cur = db.execute(
+        "UPDATE sessions SET status = ?, current_turn_id = ?, updated_at = ? WHERE id = ? AND status = ?",
+        (target.value, current_turn_id, now_iso(), session_id, current.value),
+    )
+    return cur.rowcount == 1
+
+
+def end_activity(db: sqlite3.Connection, session_id: str, turn_id: str) -> None:
+    """The session's turn ended: back to idle from running or waiting_permission."""
+    db.execute(
+        "UPDATE sessions SET status = 'idle', current_turn_id = NULL, updated_at = ?"
+        " WHERE id = ? AND current_turn_id = ?",
+        (now_iso(), session_id, turn_id),
+    )
 
 
 def update_session(db: sqlite3.Connection, session_id: str, **fields: str | None) -> None:
@@ -223,6 +246,7 @@ def list_turns(db: sqlite3.Connection, session_id: str, limit: int) -> list[Turn
 
 def end_turn_row(db: sqlite3.Connection, turn_id: str, reason: TurnReason, error_code: str | None) -> bool:
     """Move a running turn to ended; False (and no change) if it already ended."""
+    advance(TurnState.RUNNING, TurnState.ENDED)
     cur = db.execute(
         "UPDATE turns SET state = 'ended', reason = ?, error_code = ?, ended_at = ?"
         " WHERE id = ? AND state = 'running'",
@@ -313,6 +337,7 @@ def settle_approval(
     feedback: str | None = None,
 ) -> bool:
     """pending -> ``status``; False (no change) if the row was no longer pending."""
+    advance(ApprovalStatus.PENDING, status)
     execution_state = ExecutionState.QUEUED if execution_id else ExecutionState.NONE
     cur = db.execute(
         "UPDATE plan_approvals SET status = ?, permission_mode = ?, execution_id = ?,"
@@ -328,6 +353,7 @@ def settle_approval(
 def set_execution_state(
     db: sqlite3.Connection, approval_id: str, expected: ExecutionState, state: ExecutionState
 ) -> bool:
+    advance(expected, state)
     cur = db.execute(
         "UPDATE plan_approvals SET execution_state = ? WHERE id = ? AND execution_state = ?",
         (state.value, approval_id, expected.value),
@@ -389,6 +415,7 @@ def pending_requests(db: sqlite3.Connection, session_id: str | None = None) -> l
 
 
 def settle_request(db: sqlite3.Connection, request_id: str, status: PermissionStatus) -> bool:
+    advance(PermissionStatus.PENDING, status)
     cur = db.execute(
         "UPDATE permission_requests SET status = ?, resolved_at = ? WHERE id = ? AND status = 'pending'",
         (status.value, now_iso(), request_id),
