@@ -122,6 +122,9 @@ class HostTurnContext:
         return self.executions.may_end(self.live, nudged)
 
     def _enter(self, target: Mode) -> ToolOutcome:
+        if self.live.approval_id is not None:  # seed 003 §3 rule 15: no new contract while one executes
+            return ToolOutcome(ToolResult.error(
+                Code.PLAN_ALREADY_ACTIVE, "an approved contract is executing; finish it before proposing another"))
         session = self.p.session(self.session_id)
         mode = change_mode(session.mode, target, ModeCause.AGENT)
         with self.p.store.db.tx() as db:

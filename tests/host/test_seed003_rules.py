@@ -349,3 +349,17 @@ async def test_rule17_terminal_provider_error_returns_the_session_to_idle_so_con
     again = await prompt(host, s["id"], "continue")
     assert (await ended(sub, again["turnId"])).reason == "completed"
     assert (await state(host, s["id"]))["messages"][1]["content"][0]["text"] == "partial"
+
+
+async def test_rule15_an_executing_contract_cannot_enter_a_new_contract_mode(host, provider, project):
+    s = await session(host, project, mode="plan")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], submit_plan(), tool("EnterGoalMode"), {"text": "carrying on"})
+    turn = await prompt(host, s["id"])
+    approval = (await plan_requested(sub)).approval
+    await host.call("plans.resolve", {"approvalId": approval.id, "sessionId": s["id"], "turnId": turn["turnId"],
+                                      "decision": "approve", "permissionMode": "ask"})
+    execution = await sub.wait_for(lambda e: isinstance(e, ev.TurnStarted) and e.origin == "execution")
+    await ended(sub, execution.turn_id)
+    assert results((await state(host, s["id"]))["messages"], "EnterGoalMode")[0]["errorCode"] == "PLAN_ALREADY_ACTIVE"
+    assert (await state(host, s["id"]))["session"]["mode"] == "agent"
