@@ -1,0 +1,201 @@
+"""Host behaviour the issue names beyond the seed's numbered rules: steering, hash re-check,
+path denials before any Ask, audit completeness, abort killing Bash, held queues."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from pidesk.core import events as ev
+from pidesk.core.errors import PideskError
+from tests.scenario import ended, permission_requested, plan_requested, prompt, session, state, submit_plan, tool
+
+pytestmark = pytest.mark.asyncio
+
+
+def tool_results(messages, name):
+    return [b for m in messages for b in m["content"] if b["type"] == "toolResult" and b["name"] == name]
+
+
+async def test_steer_is_injected_at_the_next_boundary_of_its_turn_only(host, provider, project):
+    s = await session(host, project)
+    sub = host.subscribe()
+    provider.enqueue(s["id"], {"gateAfter": "mid", "text": "reading",
+                               "toolCalls": [{"name": "Read", "args": {"path": "README.md"}}]},
+                     {"text": "steered answer"})
+    turn = await prompt(host, s["id"])
+    await provider.wait_reached("mid")
+    await host.call("agent.steer", {"sessionId": s["id"], "turnId": turn["turnId"], "text": "also check src/"})
+    provider.release("mid")
+    await ended(sub, turn["turnId"])
+    roles = [(m["role"], m["content"][0].get("text")) for m in (await state(host, s["id"]))["messages"]]
+    assert roles[3] == ("user", "also check src/")  # after the tool boundary, before the next model call
+    assert provider.requests[-1].messages[-1].text() == "also check src/"
+    with pytest.raises(PideskError) as late:
+        await host.call("agent.steer", {"sessionId": s["id"], "turnId": turn["turnId"], "text": "too late"})
+    assert late.value.code == "TURN_ENDED"
+
+
+async def test_a_changed_artifact_fails_the_execution_before_any_model_call(host, provider, project):
+    s = await session(host, project, mode="plan")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], submit_plan(), tool("Write", path="should-not.txt", content="x"))
+    turn = await prompt(host, s["id"])
+    approval = (await plan_requested(sub)).approval
+    (project / approval.artifact_path).write_text("# Plan\n\n1. something else entirely\n")
+    await host.call("plans.resolve", {"approvalId": approval.id, "sessionId": s["id"], "turnId": turn["turnId"],
+                                      "decision": "approve", "permissionMode": "auto"})
+    execution = await sub.wait_for(lambda e: isinstance(e, ev.TurnStarted) and e.origin == "execution")
+    calls = provider.calls(s["id"])
+    end = await ended(sub, execution.turn_id)
+    assert (end.reason, end.error_code) == ("error", "PLAN_ARTIFACT_HASH_MISMATCH")
+    assert provider.calls(s["id"]) == calls
+    assert (await host.call("plans.get", {"approvalId": approval.id}))["executionState"] == "failed"
+    assert not (project / "should-not.txt").exists()
+
+
+@pytest.mark.parametrize("path", [".env", "config/.env.local", "deploy/id_rsa", ".git/config", ".pi/plan/x.md",
+                                  "../outside.txt"])
+async def test_protected_paths_are_denied_before_any_ask_in_every_mode(host, provider, project, path):
+    s = await session(host, project)  # agent mode, permission ask: an allowed path would Ask
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Write", path=path, content="secret"), {"text": "ok"})
+    await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    assert not [e for _, e in sub.pending() if isinstance(e, ev.PermissionRequested)]
+    code = tool_results((await state(host, s["id"]))["messages"], "Write")[0]["errorCode"]
+    assert code == ("PATH_OUTSIDE_WORKSPACE" if path.startswith("..") else "WORKSPACE_PATH_DENIED")
+    assert not (project / path).exists()
+
+
+async def test_the_audit_log_records_mode_changes_grants_denials_and_decisions(host, provider, project):
+    s = await session(host, project)
+    sid = s["id"]
+    sub = host.subscribe()
+    provider.enqueue(sid, tool("Bash", command="true"), tool("Write", path=".env", content="x"),
+                     {"text": "ok"}, submit_plan(), {"text": "executed"})
+    turn = await prompt(host, sid)
+    req = (await permission_requested(sub)).request
+    await host.call("permissions.resolve", {"requestId": req.id, "sessionId": sid, "turnId": turn["turnId"],
+                                            "decision": "allow", "remember": "session"})
+    await ended(sub, turn["turnId"])
+    await host.call("session.setMode", {"sessionId": sid, "mode": "plan"})
+    turn = await prompt(host, sid)
+    approval = (await plan_requested(sub)).approval
+    await host.call("plans.resolve", {"approvalId": approval.id, "sessionId": sid, "turnId": turn["turnId"],
+                                      "decision": "approve", "permissionMode": "accept-edits"})
+    execution = await sub.wait_for(lambda e: isinstance(e, ev.TurnStarted) and e.origin == "execution")
+    await ended(sub, execution.turn_id)
+    entries = (await host.call("audit.list", {"sessionId": sid}))["entries"]
+    actions = [(e["action"], e["detail"].get("code") or e["detail"].get("cause") or e["detail"].get("tool"))
+               for e in entries]
+    assert ("permission.resolved", "Bash") in actions
+    assert ("grant.created", "Bash") in actions
+    assert ("tool.denied", "WORKSPACE_PATH_DENIED") in actions
+    assert ("mode.changed", "user") in actions and ("mode.changed", "approval") in actions
+    assert any(a == "plan.submitted" for a, _ in actions) and any(a == "plan.approved" for a, _ in actions)
+    with host.store.db.read() as db, pytest.raises(Exception, match="append-only"):
+        db.execute("DELETE FROM audit")
+
+
+async def test_abort_kills_a_running_bash_before_it_is_acknowledged(host, provider, project):
+    s = await session(host, project, permissionMode="auto")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Bash", command="echo $$ > pid.txt; exec sleep 60"))
+    await prompt(host, s["id"])
+    await sub.wait_for(lambda e: isinstance(e, ev.ToolStarted))
+    pid_file = project / "pid.txt"
+    async with asyncio.timeout(10):  # observing an external process: poll its file, bounded
+        while not pid_file.exists() or not pid_file.read_text().strip():
+            await asyncio.sleep(0.01)
+    pid = int(pid_file.read_text())
+    assert (await host.call("agent.abort", {"sessionId": s["id"]}))["aborted"] is True
+    assert not _alive(pid)
+    assert tool_results((await state(host, s["id"]))["messages"], "Bash")[0]["errorCode"] == "TOOL_ABORTED"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_a_restored_queue_waits_for_focus_then_starts_once(make_host, provider, project):
+    first = make_host()
+    s = await session(first, project)
+    provider.enqueue(s["id"], {"gate": "hold"}, {"text": "queued ran"})
+    await prompt(first, s["id"])
+    await provider.wait_reached("hold")
+    await first.call("agent.queue.push", {"sessionId": s["id"], "text": "after restart"})
+    for task in list(first.turns._tasks):
+        task.cancel()
+    first.store.close()
+    second = make_host()
+    sub = second.subscribe()
+    got = await state(second, s["id"])
+    assert [e["text"] for e in got["queue"]] == ["after restart"] and got["session"]["status"] == "idle"
+    await second.call("session.focus", {"sessionId": s["id"]})
+    started = await sub.wait_for(lambda e: isinstance(e, ev.TurnStarted))
+    assert started.origin == "queued"
+    await ended(sub, started.turn_id)
+    assert (await state(second, s["id"]))["queue"] == []
+    await second.call("session.focus", {"sessionId": s["id"]})
+    assert len((await second.call("session.turns", {"sessionId": s["id"]}))["turns"]) == 2
+
+
+async def test_direct_prompt_on_idle_session_is_accepted_even_with_a_held_queue(make_host, provider, project):
+    first = make_host()
+    s = await session(first, project)
+    provider.enqueue(s["id"], {"gate": "hold"})
+    await prompt(first, s["id"])
+    await provider.wait_reached("hold")
+    await first.call("agent.queue.push", {"sessionId": s["id"], "text": "held"})
+    for task in list(first.turns._tasks):
+        task.cancel()
+    first.store.close()
+    second = make_host()
+    sub = second.subscribe()
+    turn = await prompt(second, s["id"], "direct")
+    await ended(sub, turn["turnId"])
+    assert [e["text"] for e in (await state(second, s["id"]))["queue"]] == ["held"]
+
+
+async def test_submit_in_agent_mode_is_plan_not_active_and_enter_in_scratch_needs_a_project(host, provider):
+    s = await session(host)
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("SubmitPlan", title="t", markdown="m", question="q"), tool("EnterPlanMode"),
+                     {"text": "ok"})
+    await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    messages = (await state(host, s["id"]))["messages"]
+    assert tool_results(messages, "SubmitPlan")[0]["errorCode"] == "PLAN_NOT_ACTIVE"
+    assert tool_results(messages, "EnterPlanMode")[0]["errorCode"] == "PLAN_WORKSPACE_REQUIRED"
+    assert (await state(host, s["id"]))["session"]["mode"] == "agent"
+
+
+async def test_session_get_pages_by_seq(host, provider, project):
+    s = await session(host, project)
+    sub = host.subscribe()
+    for i in range(5):
+        provider.enqueue(s["id"], {"text": f"answer {i}"})
+        await ended(sub, (await prompt(host, s["id"], f"q{i}"))["turnId"])
+    newest = await host.call("session.get", {"sessionId": s["id"], "limit": 4})
+    assert [m["seq"] for m in newest["messages"]] == [7, 8, 9, 10] and newest["hasMore"] is True
+    older = await host.call("session.get", {"sessionId": s["id"], "limit": 4, "beforeSeq": 7})
+    assert [m["seq"] for m in older["messages"]] == [3, 4, 5, 6] and older["hasMore"] is True
+    oldest = await host.call("session.get", {"sessionId": s["id"], "limit": 4, "beforeSeq": 3})
+    assert [m["seq"] for m in oldest["messages"]] == [1, 2] and oldest["hasMore"] is False
+
+
+async def test_delete_removes_the_session_and_its_transcript(host, provider, project):
+    s = await session(host, project)
+    await host.call("session.delete", {"sessionId": s["id"]})
+    assert (await host.call("session.list", {}))["sessions"] == []
+    assert not Path(host.store.transcripts.path(s["id"])).exists()
+    with pytest.raises(PideskError) as gone:
+        await state(host, s["id"])
+    assert gone.value.code == "NOT_FOUND"
+    assert os.listdir(host.store.transcripts.dir) == []
