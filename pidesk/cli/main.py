@@ -51,3 +51,47 @@ def status(data_dir: Path | None) -> None:
     from pidesk.config import HostConfig
 
     asyncio.run(show_status(HostConfig.from_environ(data_dir=data_dir)))
+
+
+@main.command()
+@click.argument("project", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=0, show_default=True, help="0 picks a free port.")
+@click.option("--token", default=None, help="Use this token instead of a random one.")
+@click.option("--model", default=None, help="PROVIDER/MODEL")
+@click.option("--approval-timeout", type=float, default=None, help="Seconds a plan waits for a decision (1800).")
+@click.option("--allow-remote", is_flag=True, help="Allow listening on a non-loopback address.")
+@click.option("--no-open", is_flag=True, help="Do not open the browser.")
+def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, token: str | None, model: str | None,
+          approval_timeout: float | None, allow_remote: bool, no_open: bool) -> None:
+    """Run the host: JSON-RPC on /rpc, the web UI on /, until SIGTERM or Ctrl+C."""
+    import asyncio
+
+    from pidesk.cli.models import make_provider
+    from pidesk.config import HostConfig
+    from pidesk.core.errors import PideskError
+    from pidesk.server.serve import ServeOptions
+    from pidesk.server.serve import serve as run_server
+
+    config = HostConfig.from_environ(data_dir=data_dir, model=model, approval_timeout=approval_timeout)
+    if bind not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(f"warning: listening on {bind}: anyone who can reach it and has the token controls "
+                   "this machine's agents", err=True)
+
+    def announce(url: str, secret: str) -> None:
+        page = f"{url}/?token={secret}"
+        if project is not None:
+            page += f"&project={project.resolve()}"
+        click.echo(f"pidesk serving at {page}", err=False)
+        if not no_open:
+            import webbrowser
+
+            webbrowser.open(page)
+
+    try:
+        asyncio.run(run_server(config, make_provider(config.model),
+                               ServeOptions(bind, port, token, allow_remote), announce))
+    except PideskError as exc:
+        click.echo(f"pidesk: {exc.code}: {exc.message}", err=True)
+        sys.exit(2)

@@ -1,0 +1,98 @@
+"""JSON-RPC 2.0 framing over the Host's method table — no decisions here.
+
+A frame is one request object or a batch (a non-empty array). Every failure is
+a JSON-RPC error object, never an exception out of this module:
+
+    -32700 parse error           the bytes are not JSON
+    -32600 invalid request        not a request object (data.code LIMIT_EXCEEDED for oversize)
+    -32601 method not found       data.code METHOD_NOT_FOUND
+    -32602 invalid params         data.code INVALID_PARAMS
+    -32000 everything else        data.code: the PideskError's stable code
+
+Requests without an ``id`` are notifications and get no response.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+
+from pidesk.core.errors import Code, PideskError
+from pidesk.host import Host
+
+log = logging.getLogger("pidesk.rpc")
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, SERVER_ERROR = -32700, -32600, -32601, -32602, -32000
+MAX_FRAME = 16 * 1024 * 1024
+MAX_BATCH = 1000
+
+_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+
+
+def error(request_id: Any, code: int, message: str, data_code: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if data_code is not None:
+        body["data"] = {"code": data_code}
+    return {"jsonrpc": "2.0", "id": request_id, "error": body}
+
+
+def encode(payload: Any) -> bytes:
+    return _encoder.encode(payload)
+
+
+def too_large() -> dict[str, Any]:
+    return error(None, INVALID_REQUEST, f"request larger than {MAX_FRAME} bytes", Code.LIMIT_EXCEEDED.value)
+
+
+async def handle_frame(host: Host, raw: bytes | str, client_id: str) -> Any:
+    """One frame in, the response payload out (None when nothing is to be sent)."""
+    if len(raw) > MAX_FRAME:
+        return too_large()
+    try:
+        message = _decoder.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        return error(None, PARSE_ERROR, f"parse error: {exc}")
+    if isinstance(message, list):
+        if not message:
+            return error(None, INVALID_REQUEST, "an empty batch is not a request")
+        if len(message) > MAX_BATCH:
+            return error(None, INVALID_REQUEST, f"a batch holds at most {MAX_BATCH} requests",
+                         Code.LIMIT_EXCEEDED.value)
+        responses = [await handle_request(host, item, client_id) for item in message]
+        answered = [r for r in responses if r is not None]
+        return answered or None
+    return await handle_request(host, message, client_id)
+
+
+def _valid_id(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and len(value) <= 256) or (
+        isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53)
+
+
+async def handle_request(host: Host, message: Any, client_id: str) -> dict[str, Any] | None:
+    if not isinstance(message, dict):
+        return error(None, INVALID_REQUEST, "a request is a JSON object")
+    request_id = message.get("id")
+    if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str) or not _valid_id(request_id):
+        return error(request_id if _valid_id(request_id) else None, INVALID_REQUEST,
+                     'a request needs "jsonrpc": "2.0", a string "method" and a string or integer "id"')
+    is_notification = "id" not in message
+    try:
+        result = await host.call(message["method"], message.get("params"), client_id=client_id)
+    except PideskError as exc:
+        if is_notification:
+            return None
+        if exc.code is Code.METHOD_NOT_FOUND:
+            return error(request_id, METHOD_NOT_FOUND, exc.message, exc.code.value)
+        if exc.code is Code.INVALID_PARAMS:
+            return error(request_id, INVALID_PARAMS, exc.message, exc.code.value)
+        return error(request_id, SERVER_ERROR, exc.message, exc.code.value)
+    except Exception:
+        log.exception("%s failed inside the host", message["method"])
+        return None if is_notification else error(request_id, SERVER_ERROR, "internal error", Code.INTERNAL.value)
+    if is_notification:
+        return None
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}

@@ -1,0 +1,130 @@
+"""Running the host as a server: lock, recover, listen, announce, and shut down cleanly.
+
+Order of start: take the data dir's lock (a second host refuses to start), open
+the Host (startup recovery completes here, before the port opens), bind and
+listen, then write ``host.json`` (mode 0600) and announce the URL. On
+SIGTERM/SIGINT: stop accepting, abort running turns (recorded), close the
+store, remove ``host.json``, release the lock, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import secrets
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from pidesk import PROTOCOL_VERSION
+from pidesk.config import HostConfig
+from pidesk.core.errors import StartupRefused
+from pidesk.host import Host
+from pidesk.providers.base import Provider
+from pidesk.server.app import create_app
+from pidesk.server.rpc import MAX_FRAME
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    bind: str = "127.0.0.1"
+    port: int = 0
+    token: str | None = None
+    allow_remote: bool = False
+
+
+class DataDirLock:
+    """An exclusive flock on ``<data_dir>/host.lock`` for the life of the host."""
+
+    def __init__(self, data_dir: Path) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = data_dir / "host.lock"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise StartupRefused(
+                f"another pidesk host is already serving {data_dir} (it holds {self.path}); "
+                "stop it first, or pass a different --data-dir"
+            ) from None
+
+    def release(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+async def serve(config: HostConfig, provider: Provider, options: ServeOptions,
+                announce: Callable[[str, str], None]) -> None:
+    if options.bind not in LOOPBACK and not options.allow_remote:
+        raise StartupRefused(f"refusing to listen on {options.bind}: pass --allow-remote to serve beyond loopback")
+    lock = DataDirLock(config.data_dir)
+    try:
+        host = Host.open(config, provider)
+        try:
+            await _listen(host, config, options, announce)
+        finally:
+            await host.close()
+    finally:
+        lock.release()
+
+
+async def _listen(host: Host, config: HostConfig, options: ServeOptions, announce: Callable[[str, str], None]) -> None:
+    token = options.token or secrets.token_urlsafe(32)
+    family = socket.AF_INET6 if ":" in options.bind else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((options.bind, options.port))
+    port = sock.getsockname()[1]
+    extra = () if options.bind in LOOPBACK else (options.bind,)
+    app = create_app(host, token, lambda: port, extra)
+    server = uvicorn.Server(uvicorn.Config(
+        app, ws="websockets-sansio", ws_max_size=MAX_FRAME, log_level="warning", lifespan="off",
+        timeout_graceful_shutdown=5, access_log=False,
+    ))
+    config_ = server.config
+    config_.load()
+    server.lifespan = config_.lifespan_class(config_)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # our own handlers: uvicorn's re-raise the signal at exit
+        loop.add_signal_handler(sig, _request_exit, server)
+    host_json = config.data_dir / "host.json"
+    try:
+        await server.startup(sockets=[sock])
+        if server.should_exit:
+            return
+        shown = "[::1]" if options.bind == "::1" else "127.0.0.1" if options.bind in LOOPBACK else options.bind
+        url = f"http://{shown}:{port}"
+        _write_host_json(host_json, {"url": url, "port": port, "token": token, "pid": os.getpid(),
+                                     "protocolVersion": PROTOCOL_VERSION})
+        announce(url, token)
+        await server.main_loop()
+    finally:
+        host_json.unlink(missing_ok=True)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if server.started:
+            await server.shutdown(sockets=[sock])
+        sock.close()
+
+
+def _request_exit(server: uvicorn.Server) -> None:
+    server.should_exit = True
+
+
+def _write_host_json(path: Path, data: dict[str, object]) -> None:
+    temp = path.with_suffix(".json.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
