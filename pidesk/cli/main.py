@@ -95,3 +95,47 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
     except PideskError as exc:
         click.echo(f"pidesk: {exc.code}: {exc.message}", err=True)
         sys.exit(2)
+
+
+def _add_groups() -> None:
+    from pidesk.cli.commands import GROUPS
+
+    for group in GROUPS:
+        main.add_command(group)
+
+
+_add_groups()
+
+
+@main.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+def doctor(data_dir: Path | None) -> None:
+    """Check the store's integrity, rebuild the index from the transcripts, report quarantined tails."""
+    from pidesk.config import HostConfig
+    from pidesk.core.errors import PideskError
+    from pidesk.store import Store
+    from pidesk.store.lock import DataDirLock
+
+    config = HostConfig.from_environ(data_dir=data_dir)
+    try:
+        lock = DataDirLock(config.data_dir)
+    except PideskError as exc:
+        click.echo(f"pidesk: {exc.message}", err=True)
+        sys.exit(2)
+    try:
+        store = Store(config.data_dir)
+        report = store.rebuild_index()
+        quarantined = [str(p) for p in store.transcripts.quarantined()]
+        store.close()
+    finally:
+        lock.release()
+    click.echo(f"integrity: {report.integrity}")
+    click.echo(f"rebuilt: {report.sessions} sessions, {report.messages} messages from their transcripts")
+    for session_id in report.boot.restored_sessions:
+        click.echo(f"restored orphaned session: {session_id}")
+    for session_id in report.missing_transcripts:
+        click.echo(f"session without a transcript: {session_id}")
+    for path in quarantined:
+        click.echo(f"quarantined tail: {path}")
+    if report.integrity != "ok" or report.missing_transcripts:
+        sys.exit(1)

@@ -7,12 +7,11 @@ import json
 import click
 import msgspec
 
-from pidesk.cli.models import make_provider
+from pidesk.cli.connect import embedded
 from pidesk.config import HostConfig
 from pidesk.core import events as ev
 from pidesk.core.errors import Code, Conflict
 from pidesk.core.events import event_payload
-from pidesk.host import Host
 
 
 async def run_unattended(config: HostConfig, project: object, prompt: str, mode: str, permission_mode: str,
@@ -20,8 +19,7 @@ async def run_unattended(config: HostConfig, project: object, prompt: str, mode:
     if mode != "agent":
         raise Conflict(f"{mode.title()} mode needs an interactive session to approve its contract; "
                        "run it with `pidesk chat`, or use --mode agent", Code.PLAN_REQUIRES_INTERACTIVE_SESSION)
-    host = Host.open(config, make_provider(config.model))
-    try:
+    async with embedded(config) as host:
         sub = host.subscribe()
         session = await host.call("session.create", {"projectPath": str(project), "permissionMode": permission_mode})
         started = await host.agent_prompt(session["id"], prompt, unattended=True)
@@ -36,8 +34,6 @@ async def run_unattended(config: HostConfig, project: object, prompt: str, mode:
                     return 0
                 click.echo(f"pidesk: turn {event.reason}: {event.error_code}", err=True)
                 return 1
-    finally:
-        await host.close()
 
 
 def _print(event: ev.AnyEvent) -> None:
@@ -56,8 +52,7 @@ def _print(event: ev.AnyEvent) -> None:
 
 
 async def show_status(config: HostConfig) -> None:
-    host = Host.open(config, make_provider("scripted"))
-    try:
+    async with embedded(config, "scripted") as host:
         status = await host.call("host.status", {})
         click.echo(f"data dir: {config.data_dir}")
         for key, value in status.items():
@@ -67,5 +62,3 @@ async def show_status(config: HostConfig) -> None:
             click.echo(f"recovered at open: {report}")
             for path in host.recovery.boot.quarantined:
                 click.echo(f"quarantined transcript tail: {path}")
-    finally:
-        await host.close()

@@ -10,7 +10,6 @@ store, remove ``host.json``, release the lock, exit 0.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
 import secrets
@@ -29,6 +28,7 @@ from pidesk.host import Host
 from pidesk.providers.base import Provider
 from pidesk.server.app import create_app
 from pidesk.server.rpc import MAX_FRAME
+from pidesk.store.lock import DataDirLock
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -39,27 +39,6 @@ class ServeOptions:
     port: int = 0
     token: str | None = None
     allow_remote: bool = False
-
-
-class DataDirLock:
-    """An exclusive flock on ``<data_dir>/host.lock`` for the life of the host."""
-
-    def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / "host.lock"
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            raise StartupRefused(
-                f"another pidesk host is already serving {data_dir} (it holds {self.path}); "
-                "stop it first, or pass a different --data-dir"
-            ) from None
-
-    def release(self) -> None:
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
 
 
 async def serve(config: HostConfig, provider: Provider, options: ServeOptions,

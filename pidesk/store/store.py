@@ -282,6 +282,29 @@ class Store:
                 self._reindex_tail(session_id, mark[1], report)
         return report
 
+    def rebuild_index(self) -> DoctorReport:
+        """Check the index's integrity and rebuild every message row from the transcripts."""
+        with self.db.read() as db:
+            integrity = "; ".join(r[0] for r in db.execute("PRAGMA integrity_check"))
+            known = set(repo.session_watermarks(db))
+        report = DoctorReport(integrity=integrity, boot=self.reconcile())
+        on_disk = set(self.transcripts.session_ids())
+        report.missing_transcripts = sorted(known - on_disk)
+        for session_id in sorted(on_disk):
+            scan = self.transcripts.scan(session_id)
+            if scan.good_end < scan.size:
+                report.boot.quarantined.append(str(self.transcripts.quarantine_tail(session_id, scan.good_end)))
+            rows = [_row(as_message(s.line), s.offset, s.length) for s in scan.lines if isinstance(s.line, MessageLine)]
+            with self.db.tx() as db:
+                db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+                repo.insert_message_rows(db, rows)
+                db.execute("UPDATE sessions SET last_seq = ?, indexed_bytes = ? WHERE id = ?",
+                           (max((r[3] for r in rows), default=0), scan.good_end, session_id))
+            self._last_seq.pop(session_id, None)
+            report.sessions += 1
+            report.messages += len(rows)
+        return report
+
     def _restore_orphan(self, session_id: str, report: BootReport) -> None:
         scan = self.transcripts.scan(session_id)
         if not scan.lines or not isinstance(scan.lines[0].line, HeaderLine):
@@ -331,8 +354,17 @@ class Store:
         report.indexed_from_outbox += len(rows)
 
 
+@dataclass
+class DoctorReport:
+    integrity: str
+    sessions: int = 0
+    messages: int = 0
+    missing_transcripts: list[str] = field(default_factory=list)
+    boot: BootReport = field(default_factory=BootReport)
+
+
 def _row(message: Message, offset: int, length: int) -> IndexRow:
     return (message.id, message.session_id, message.turn_id, message.seq, message.role, offset, length, message.created_at)
 
 
-__all__ = ["BootReport", "Store"]
+__all__ = ["BootReport", "DoctorReport", "Store"]

@@ -1,0 +1,106 @@
+"""How a command reaches a host: the running one (``host.json`` or ``--url/--token``), else an
+embedded one that holds the data dir's lock for as long as the command runs.
+
+Either way the command sees one ``Client``: ``await client.call(method, params)`` with
+PROTOCOL.md names, raising ``PideskError`` with the wire's stable code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pidesk.config import HostConfig
+from pidesk.core.errors import Code, PideskError
+
+
+class Client(Protocol):
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Remote:
+    url: str
+    token: str
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        import asyncio
+
+        return await asyncio.to_thread(self._post, method, params or {})
+
+    def _post(self, method: str, params: dict[str, Any]) -> Any:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/rpc", data=body, method="POST",
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise PideskError(f"the host at {self.url} refused the request: HTTP {exc.code}") from None
+        except OSError as exc:
+            raise PideskError(f"cannot reach the host at {self.url}: {exc}") from None
+        if "error" in answer:
+            error = answer["error"]
+            code = (error.get("data") or {}).get("code", Code.INTERNAL.value)
+            raise PideskError(error.get("message", "error"), Code(code) if code in Code.__members__ else Code.INTERNAL)
+        return answer["result"]
+
+
+def running_host(data_dir: Path) -> Remote | None:
+    """The host serving ``data_dir``, if its host.json names a live process."""
+    try:
+        info = json.loads((data_dir / "host.json").read_text())
+        os.kill(int(info["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Remote(str(info["url"]), str(info["token"]))
+
+
+class Embedded:
+    def __init__(self, host: Any) -> None:
+        self.host = host
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        return await self.host.call(method, params or {}, client_id="cli")
+
+
+@asynccontextmanager
+async def connect(config: HostConfig, url: str | None = None, token: str | None = None) -> AsyncIterator[Client]:
+    if url is not None:
+        if token is None:
+            raise PideskError("--url needs --token", Code.INVALID_PARAMS)
+        yield Remote(url.rstrip("/"), token)
+        return
+    remote = running_host(config.data_dir)
+    if remote is not None:
+        yield remote
+        return
+    async with embedded(config) as host:
+        yield Embedded(host)
+
+
+@asynccontextmanager
+async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterator[Any]:
+    """An in-process Host holding the data dir's lock (a served data dir refuses it)."""
+    from pidesk.cli.models import make_provider
+    from pidesk.host import Host
+    from pidesk.store.lock import DataDirLock
+
+    lock = DataDirLock(config.data_dir)
+    try:
+        host = Host.open(config, make_provider(model or config.model))
+        try:
+            yield host
+        finally:
+            await host.close()
+    finally:
+        lock.release()

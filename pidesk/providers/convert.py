@@ -1,0 +1,193 @@
+"""Our transcript → each vendor's request body (pure: no I/O, no SDK imports).
+
+The transcript is the record; what a model sees is derived from it here, in
+two steps:
+
+1. ``exchanges`` turns the message list into a sequence that any vendor accepts:
+   ``Said`` (user text), ``Answered`` (assistant text and tool calls) and
+   ``Results`` (one result per call of the ``Answered`` just before, in call
+   order). A call with no recorded result (a crash, an abort before the result
+   was written) gets a synthesized ``TOOL_ABORTED`` error result, so a request
+   is always valid; a result whose call is not pending (the history was
+   compacted, or the result came late) is shown to the model as user text
+   rather than dropped. Empty assistant messages are left out.
+2. ``openai_*`` / ``anthropic_*`` render that sequence and the tool specs
+   (``{name, description, parameters}``) in each wire format.
+
+Attachments are references (``ref``) into the host's content store, never
+bytes: they are shown to the model as a one-line note.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pidesk.core.errors import Code
+from pidesk.core.records import AttachmentBlock, Message, TextBlock, ToolCallBlock, ToolResultBlock
+
+MISSING_RESULT = "No result was recorded for this tool call: it was interrupted before it finished."
+
+
+@dataclass(frozen=True)
+class Said:
+    text: str
+
+
+@dataclass(frozen=True)
+class Answered:
+    text: str
+    calls: list[ToolCallBlock]
+
+
+@dataclass(frozen=True)
+class Results:
+    results: list[ToolResultBlock]
+
+
+Exchange = Said | Answered | Results
+
+
+@dataclass
+class _Pending:
+    calls: list[ToolCallBlock] = field(default_factory=list)
+    results: dict[str, ToolResultBlock] = field(default_factory=dict)
+    strays: list[str] = field(default_factory=list)
+
+
+def exchanges(messages: Sequence[Message]) -> list[Exchange]:
+    out: list[Exchange] = []
+    pending = _Pending()
+
+    def settle() -> None:
+        if pending.calls:
+            out.append(Results([pending.results.get(c.id) or _missing(c) for c in pending.calls]))
+        if pending.strays:
+            out.append(Said("\n\n".join(pending.strays)))
+        pending.calls, pending.results, pending.strays = [], {}, []
+
+    for message in messages:
+        if message.role == "tool":
+            for block in message.content:
+                if isinstance(block, ToolResultBlock) and block.tool_call_id in {c.id for c in pending.calls}:
+                    pending.results.setdefault(block.tool_call_id, block)
+                elif isinstance(block, ToolResultBlock):
+                    pending.strays.append(f"(Result of an earlier {block.name} call {block.tool_call_id}) "
+                                          + result_text(block))
+                elif text := _block_text(block):
+                    pending.strays.append(text)
+            continue
+        settle()
+        if message.role == "assistant":
+            calls = message.tool_calls()
+            text = message.text()
+            if calls or text.strip():
+                out.append(Answered(text, calls))
+                pending.calls = calls
+        else:
+            text = "\n".join(t for t in (_block_text(b) for b in message.content) if t)
+            if text:
+                out.append(Said(text))
+    settle()
+    return out
+
+
+def result_text(result: ToolResultBlock) -> str:
+    """A tool result as the model reads it: failures start with their stable code."""
+    if result.ok:
+        return result.output
+    return f"Error {result.error_code or 'TOOL_ERROR'}: {result.output}"
+
+
+def _missing(call: ToolCallBlock) -> ToolResultBlock:
+    return ToolResultBlock(
+        tool_call_id=call.id, name=call.name, ok=False, output=MISSING_RESULT, error_code=Code.TOOL_ABORTED.value
+    )
+
+
+def _block_text(block: object) -> str:
+    if isinstance(block, TextBlock):
+        return block.text
+    if isinstance(block, AttachmentBlock):
+        return f"[attached {block.kind} {block.name!r} ({block.mime}, {block.size} bytes), ref {block.ref}]"
+    return ""
+
+
+# ---- OpenAI Chat Completions ------------------------------------------------------
+
+
+def openai_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for item in exchanges(messages):
+        if isinstance(item, Said):
+            out.append({"role": "user", "content": item.text})
+        elif isinstance(item, Answered):
+            message: dict[str, Any] = {"role": "assistant", "content": item.text or None}
+            if item.calls:
+                message["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.args)}}
+                    for c in item.calls
+                ]
+            out.append(message)
+        else:
+            out.extend(
+                {"role": "tool", "tool_call_id": r.tool_call_id, "content": result_text(r)} for r in item.results
+            )
+    return out
+
+
+def openai_tools(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "function": {
+            "name": s["name"], "description": s.get("description", ""), "parameters": s["parameters"],
+        }}
+        for s in specs
+    ]
+
+
+# ---- Anthropic Messages -----------------------------------------------------------
+
+_ANTHROPIC_ID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Tool results travel in a user message; consecutive same-role messages are merged
+    (tool results first, as the API requires), and the first message is a user's."""
+    out: list[dict[str, Any]] = []
+    for item in exchanges(messages):
+        if isinstance(item, Said):
+            role, blocks = "user", [{"type": "text", "text": item.text}]
+        elif isinstance(item, Answered):
+            role = "assistant"
+            blocks = [{"type": "text", "text": item.text}] if item.text.strip() else []
+            blocks += [
+                {"type": "tool_use", "id": anthropic_id(c.id), "name": c.name, "input": c.args} for c in item.calls
+            ]
+        else:
+            role, blocks = "user", [
+                {"type": "tool_result", "tool_use_id": anthropic_id(r.tool_call_id),
+                 "content": result_text(r) or "(no output)", "is_error": not r.ok}
+                for r in item.results
+            ]
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    if out and out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(The conversation continues.)"}]})
+    return out
+
+
+def anthropic_id(call_id: str) -> str:
+    """Anthropic accepts tool ids of ``[a-zA-Z0-9_-]`` only; other vendors' ids may hold more."""
+    return _ANTHROPIC_ID.sub("_", call_id) or "call"
+
+
+def anthropic_tools(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"name": s["name"], "description": s.get("description", ""), "input_schema": s["parameters"]}
+        for s in specs
+    ]

@@ -1,0 +1,191 @@
+"""OpenAI-compatible Chat Completions, streamed, on the official ``openai`` SDK.
+
+Works with any server that speaks the format (OpenAI, Ollama, vLLM, llama.cpp,
+LM Studio, OpenRouter) through ``base_url``.
+
+* The SDK is imported on the first ``stream()`` (it costs ~0.7 s); importing
+  this module must not import it. ``warm_up()`` does the import ahead of time
+  (blocking: call it from a worker thread).
+* The SDK's own retries are off; ``retry.stream_with_retries`` decides.
+* Text deltas are yielded as they arrive. Tool calls arrive split across
+  chunks and interleaved by ``index``: they are assembled per index and
+  yielded, with their arguments parsed, only once the response is complete.
+  Arguments that are not a JSON object are passed on as ``{"_raw": text}``,
+  so the tool answers ``INVALID_ARGUMENTS`` and the model can try again.
+* A response is complete at ``data: [DONE]`` after a chunk with a
+  ``finish_reason``; a stream that ends without one broke off. The stop reason
+  is ``tool_calls`` whenever there are tool calls (some servers say ``stop``).
+* Usage comes from the last chunk (``stream_options.include_usage``):
+  ``prompt_tokens`` (which include the cached ones), ``completion_tokens``,
+  ``prompt_tokens_details.cached_tokens``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pidesk.core.errors import Code
+from pidesk.providers.base import Done, ModelRequest, StreamEvent, TextDelta, ToolCall, UsageReport
+from pidesk.providers.convert import openai_messages, openai_tools
+from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, RetryPolicy, SdkErrors, Sleep, stream_with_retries
+
+
+class OpenAIProvider:
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        base_url: str | None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.name = f"openai/{model}"
+        self.model = model
+        self._api_key = api_key
+        self._base_url = base_url
+        self._policy = RetryPolicy(max_retries)
+        self._sleep = sleep
+        self._client: Any = None
+        self._errors: SdkErrors | None = None
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIProvider({self.model!r}, base_url={self._base_url!r})"
+
+    def warm_up(self) -> None:
+        """Import the SDK now (blocking, ~0.7 s) so the first request does not wait for it."""
+        import openai  # noqa: F401
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": openai_messages(request.system, request.messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            params["tools"] = openai_tools(request.tools)
+        return stream_with_retries(lambda: self._attempt(params), self._policy, self._sleep, secret=self._api_key)
+
+    def _connect(self) -> tuple[Any, SdkErrors]:
+        if self._client is None or self._errors is None:
+            import httpx2
+            import openai
+
+            self._client = openai.AsyncOpenAI(api_key=self._api_key, base_url=self._base_url, max_retries=0)
+            self._errors = SdkErrors(
+                "openai", openai.APIStatusError, openai.APIConnectionError, openai.APIError, (httpx2.HTTPError,)
+            )
+        return self._client, self._errors
+
+    async def _attempt(self, params: dict[str, Any]) -> AsyncIterator[StreamEvent | Failure]:
+        try:
+            client, errors = self._connect()
+        except Exception as exc:  # e.g. an unusable base URL
+            yield Failure("fatal", f"cannot set up the openai client: {exc}")
+            return
+        try:
+            stream = await client.chat.completions.create(**params)
+        except Exception as exc:
+            yield errors.request_failure(exc)
+            return
+        reply = _Reply()
+        try:
+            async with stream:
+                async for chunk in stream:
+                    if text := reply.feed(chunk):
+                        yield TextDelta(text)
+        except Exception as exc:
+            yield errors.stream_failure(exc)
+            return
+        if reply.finish_reason is None:
+            yield Failure("broken", "the openai stream ended before the response was finished")
+            return
+        for event in reply.finish():
+            yield event
+
+
+@dataclass
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Reply:
+    """One response being assembled from its chunks."""
+
+    calls: dict[int, _Call] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: UsageReport | None = None
+
+    def feed(self, chunk: Any) -> str:
+        """Take one chunk; returns its text (possibly empty)."""
+        if usage := getattr(chunk, "usage", None):
+            details = getattr(usage, "prompt_tokens_details", None)
+            self.usage = UsageReport(
+                input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                output_tokens=getattr(usage, "completion_tokens", 0) or 0,
+                cache_tokens=getattr(details, "cached_tokens", 0) or 0,
+            )
+        text = ""
+        for choice in getattr(chunk, "choices", None) or []:
+            if getattr(choice, "index", 0):  # only the first choice (n=1 is all we ask for)
+                continue
+            delta = getattr(choice, "delta", None)
+            text += getattr(delta, "content", None) or ""
+            for part in getattr(delta, "tool_calls", None) or []:
+                self._feed_call(part)
+            if reason := getattr(choice, "finish_reason", None):
+                self.finish_reason = reason
+        return text
+
+    def _feed_call(self, part: Any) -> None:
+        index = getattr(part, "index", None)
+        part_id = getattr(part, "id", None) or ""
+        if index is None:  # a server that sends each call whole, unindexed
+            index = len(self.calls)
+        call = self.calls.get(index)
+        if call is None or (part_id and call.id and part_id != call.id):
+            # a new call; a different id at a used index is a server reusing index 0 for every call
+            index = index if call is None else max(self.calls) + 1
+            call = self.calls[index] = _Call()
+        function = getattr(part, "function", None)
+        call.id = call.id or part_id
+        call.name = call.name or getattr(function, "name", None) or ""
+        if arguments := getattr(function, "arguments", None):
+            call.arguments.append(arguments)
+
+    def finish(self) -> list[StreamEvent]:
+        events: list[StreamEvent] = [
+            ToolCall(call.id or f"call_{n}", call.name, parse_arguments("".join(call.arguments)))
+            for n, (_, call) in enumerate(sorted(self.calls.items()))
+        ]
+        if self.usage is not None:
+            events.append(self.usage)
+        if self.finish_reason == "content_filter" and not self.calls:
+            events.append(Done("error", Code.PROVIDER_ERROR, "the provider's content filter stopped the answer"))
+        else:
+            events.append(Done("tool_calls" if self.calls else "end"))
+        return events
+
+
+def parse_arguments(text: str) -> dict[str, Any]:
+    """Tool arguments as a dict; anything but a JSON object is kept as ``{"_raw": text}``."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"_raw": text}
+    return value if isinstance(value, dict) else {"_raw": text}

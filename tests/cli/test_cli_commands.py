@@ -1,0 +1,71 @@
+"""The thin commands and doctor, run as the real executable against a real data dir."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "notes.json"
+
+
+def pidesk(*args: str, data_dir: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "pidesk", *args, "--data-dir", str(data_dir)],
+                          capture_output=True, text=True, timeout=60)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_sessions_new_list_mode_and_delete(project, data_dir):
+    created = json.loads(pidesk("sessions", "new", str(project), "--mode", "plan", "--json", data_dir=data_dir).stdout)
+    assert (created["mode"], created["planState"], created["projectPath"]) == ("plan", "planning", str(project))
+    listed = json.loads(pidesk("sessions", "list", "--json", data_dir=data_dir).stdout)
+    assert [s["id"] for s in listed] == [created["id"]]
+    table = pidesk("sessions", "list", data_dir=data_dir).stdout
+    assert created["id"][:8] in table and "planning" in table
+    pidesk("sessions", "mode", created["id"], "agent", data_dir=data_dir)
+    audit = json.loads(pidesk("audit", "list", "--json", data_dir=data_dir).stdout)
+    assert [(e["action"], e["detail"]["to"]) for e in audit] == [("mode.changed", "agent")]
+    pidesk("sessions", "delete", created["id"], data_dir=data_dir)
+    assert json.loads(pidesk("sessions", "list", "--json", data_dir=data_dir).stdout) == []
+
+
+def test_errors_are_codes_not_tracebacks(data_dir):
+    done = pidesk("plans", "approve", "pa_missing", "--permission", "ask", data_dir=data_dir, check=False)
+    assert done.returncode == 2 and "PLAN_NOT_FOUND" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_doctor_rebuilds_the_index_and_reports_quarantined_tails(project, data_dir):
+    pidesk("run", str(project), "notes", "--model", f"scripted/{EXAMPLE}", "--permission", "auto", data_dir=data_dir)
+    session_id = json.loads(pidesk("sessions", "list", "--json", data_dir=data_dir).stdout)[0]["id"]
+    before = json.loads(pidesk("sessions", "show", session_id, "--json", data_dir=data_dir).stdout)
+    with sqlite3.connect(data_dir / "index.db") as db:
+        db.execute("DELETE FROM messages")
+    transcript = data_dir / "transcripts" / f"{session_id}.jsonl"
+    with open(transcript, "ab") as f:
+        f.write(b'{"t":"message","id":"m_torn"')
+    done = pidesk("doctor", data_dir=data_dir)
+    assert "integrity: ok" in done.stdout and "quarantined tail" in done.stdout
+    assert json.loads(pidesk("sessions", "show", session_id, "--json", data_dir=data_dir).stdout) == before
+    assert not transcript.read_bytes().endswith(b'"m_torn"')
+
+
+def test_commands_reach_a_running_host_through_host_json(project, data_dir):
+    server = subprocess.Popen([sys.executable, "-m", "pidesk", "serve", "--no-open", "--data-dir", str(data_dir)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("pidesk serving at http://127.0.0.1:")
+        created = json.loads(pidesk("sessions", "new", str(project), "--json", data_dir=data_dir).stdout)
+        listed = json.loads(pidesk("sessions", "list", "--json", data_dir=data_dir).stdout)
+        assert [s["id"] for s in listed] == [created["id"]]
+        refused = pidesk("doctor", data_dir=data_dir, check=False)
+        assert refused.returncode == 2 and "another pidesk host" in refused.stderr
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+    assert not (data_dir / "host.json").exists()
