@@ -139,3 +139,41 @@ def doctor(data_dir: Path | None) -> None:
         click.echo(f"quarantined tail: {path}")
     if report.integrity != "ok" or report.missing_transcripts:
         sys.exit(1)
+
+
+@main.command()
+@click.argument("project", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--session", "session_id", default=None, help="Continue this session instead of creating one.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--url", default=None)
+@click.option("--token", default=None)
+@click.option("--model", default=None, help="PROVIDER/MODEL for an embedded host.")
+def chat(project: Path | None, session_id: str | None, data_dir: Path | None, url: str | None,
+         token: str | None, model: str | None) -> None:
+    """Chat with an agent in PROJECT (a running host, else an embedded one)."""
+    import asyncio
+
+    from pidesk.cli.chat import run_chat
+    from pidesk.cli.connect import embedded, running_host
+    from pidesk.cli.link import EmbeddedLink, RemoteLink
+    from pidesk.config import HostConfig
+    from pidesk.core.errors import PideskError
+
+    config = HostConfig.from_environ(data_dir=data_dir, model=model)
+    where = str(project.resolve()) if project else None
+
+    async def go() -> None:
+        remote = (url, token) if url and token else None
+        found = running_host(config.data_dir) if remote is None else None
+        if remote or found:
+            target_url, target_token = remote or (found.url, found.token)  # type: ignore[union-attr]
+            await run_chat(RemoteLink(target_url, target_token), where, session_id)
+            return
+        async with embedded(config) as host:
+            await run_chat(EmbeddedLink(host), where, session_id)
+
+    try:
+        asyncio.run(go())
+    except PideskError as exc:
+        click.echo(f"pidesk: {exc.code}: {exc.message}", err=True)
+        sys.exit(2)
