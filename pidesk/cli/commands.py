@@ -6,7 +6,6 @@ embedded one) and prints a table, or the raw result with ``--json``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Callable, Coroutine
@@ -31,6 +30,8 @@ def rpc_command(group: click.Group, name: str, columns: tuple[str, ...] = (),
         @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
         @wraps(fn)
         def command(data_dir: Path | None, url: str | None, token: str | None, as_json: bool, **params: Any) -> None:
+            import asyncio
+
             from pidesk.cli.connect import connect
             from pidesk.config import HostConfig
             from pidesk.core.errors import PideskError

@@ -154,9 +154,12 @@ class Host:
 
     # ---- agent.* --------------------------------------------------------------------
 
-    async def agent_prompt(self, session_id: Any, text: Any, attachments: Any = None, *,
-                           unattended: bool = False, origin: TurnOrigin = TurnOrigin.INTERACTIVE) -> dict[str, str]:
+    async def agent_prompt(self, session_id: Any, text: Any, attachments: Any = None, unattended: Any = None, *,
+                           origin: TurnOrigin = TurnOrigin.INTERACTIVE) -> dict[str, str]:
+        """``unattended`` (a pidesk addition to PROTOCOL.md): nobody will answer an Ask or a contract."""
         session = self.parts.session(validate.ident(session_id, "sessionId"))
+        if unattended is not None and not isinstance(unattended, bool):
+            raise InvalidParams("unattended must be true or false")
         body = validate.text(text, "text")
         files = validate.attachments(attachments)
         if self.parts.is_busy(session.id):
@@ -168,7 +171,7 @@ class Host:
         content: list[Block] = [TextBlock(text=body)]
         content += [AttachmentBlock(**{f: getattr(a, f) for f in a.__struct_fields__}) for a in files]
         turn_id, message_id = await self.turns.start(
-            session.id, content, origin=origin, unattended=unattended, draft=Draft(text=body, attachments=files)
+            session.id, content, origin=origin, unattended=bool(unattended), draft=Draft(text=body, attachments=files)
         )
         return {"turnId": turn_id, "messageId": message_id}
 

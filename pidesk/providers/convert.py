@@ -102,6 +102,18 @@ def result_text(result: ToolResultBlock) -> str:
     return f"Error {result.error_code or 'TOOL_ERROR'}: {result.output}"
 
 
+def parse_arguments(text: str) -> dict[str, Any]:
+    """Streamed tool arguments as a dict; anything but a JSON object is kept as
+    ``{"_raw": text}``, so the tool answers ``INVALID_ARGUMENTS`` and the model can retry."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"_raw": text}
+    return value if isinstance(value, dict) else {"_raw": text}
+
+
 def _missing(call: ToolCallBlock) -> ToolResultBlock:
     return ToolResultBlock(
         tool_call_id=call.id, name=call.name, ok=False, output=MISSING_RESULT, error_code=Code.TOOL_ABORTED.value
@@ -158,6 +170,7 @@ def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     (tool results first, as the API requires), and the first message is a user's."""
     out: list[dict[str, Any]] = []
     for item in exchanges(messages):
+        blocks: list[dict[str, Any]]
         if isinstance(item, Said):
             role, blocks = "user", [{"type": "text", "text": item.text}]
         elif isinstance(item, Answered):

@@ -23,14 +23,14 @@ LM Studio, OpenRouter) through ``base_url``.
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
+import secrets
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from pidesk.core.errors import Code
 from pidesk.providers.base import Done, ModelRequest, StreamEvent, TextDelta, ToolCall, UsageReport
-from pidesk.providers.convert import openai_messages, openai_tools
+from pidesk.providers.convert import openai_messages, openai_tools, parse_arguments
 from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, RetryPolicy, SdkErrors, Sleep, stream_with_retries
 
 
@@ -78,16 +78,18 @@ class OpenAIProvider:
 
     def _connect(self) -> tuple[Any, SdkErrors]:
         if self._client is None or self._errors is None:
+            import anyio
             import httpx2
             import openai
 
             self._client = openai.AsyncOpenAI(api_key=self._api_key, base_url=self._base_url, max_retries=0)
             self._errors = SdkErrors(
-                "openai", openai.APIStatusError, openai.APIConnectionError, openai.APIError, (httpx2.HTTPError,)
+                "openai", openai.APIStatusError, openai.APIConnectionError, openai.APIError,
+                (httpx2.HTTPError, anyio.EndOfStream, anyio.BrokenResourceError),
             )
         return self._client, self._errors
 
-    async def _attempt(self, params: dict[str, Any]) -> AsyncIterator[StreamEvent | Failure]:
+    async def _attempt(self, params: dict[str, Any]) -> AsyncGenerator[StreamEvent | Failure, None]:
         try:
             client, errors = self._connect()
         except Exception as exc:  # e.g. an unusable base URL
@@ -125,7 +127,8 @@ class _Call:
 class _Reply:
     """One response being assembled from its chunks."""
 
-    calls: dict[int, _Call] = field(default_factory=dict)
+    calls: list[_Call] = field(default_factory=list)
+    slots: dict[int, int] = field(default_factory=dict)  # a delta's index -> its call in ``calls``
     finish_reason: str | None = None
     usage: UsageReport | None = None
 
@@ -139,7 +142,7 @@ class _Reply:
                 cache_tokens=getattr(details, "cached_tokens", 0) or 0,
             )
         text = ""
-        for choice in getattr(chunk, "choices", None) or []:
+        for choice in getattr(chunk, "choices", None) or []:  # vLLM may send ``choices: null``
             if getattr(choice, "index", 0):  # only the first choice (n=1 is all we ask for)
                 continue
             delta = getattr(choice, "delta", None)
@@ -153,13 +156,15 @@ class _Reply:
     def _feed_call(self, part: Any) -> None:
         index = getattr(part, "index", None)
         part_id = getattr(part, "id", None) or ""
-        if index is None:  # a server that sends each call whole, unindexed
-            index = len(self.calls)
-        call = self.calls.get(index)
-        if call is None or (part_id and call.id and part_id != call.id):
-            # a new call; a different id at a used index is a server reusing index 0 for every call
-            index = index if call is None else max(self.calls) + 1
-            call = self.calls[index] = _Call()
+        slot = self.slots.get(index) if index is not None else None
+        # A new call: an unseen index, no index at all (a server sending whole calls), or a
+        # new id at a used index (a server numbering every call 0).
+        if slot is None or (part_id and self.calls[slot].id and part_id != self.calls[slot].id):
+            slot = len(self.calls)
+            self.calls.append(_Call())
+            if index is not None:
+                self.slots[index] = slot
+        call = self.calls[slot]
         function = getattr(part, "function", None)
         call.id = call.id or part_id
         call.name = call.name or getattr(function, "name", None) or ""
@@ -168,8 +173,8 @@ class _Reply:
 
     def finish(self) -> list[StreamEvent]:
         events: list[StreamEvent] = [
-            ToolCall(call.id or f"call_{n}", call.name, parse_arguments("".join(call.arguments)))
-            for n, (_, call) in enumerate(sorted(self.calls.items()))
+            ToolCall(call.id or f"call_{secrets.token_hex(8)}", call.name, parse_arguments("".join(call.arguments)))
+            for call in self.calls
         ]
         if self.usage is not None:
             events.append(self.usage)
@@ -179,13 +184,3 @@ class _Reply:
             events.append(Done("tool_calls" if self.calls else "end"))
         return events
 
-
-def parse_arguments(text: str) -> dict[str, Any]:
-    """Tool arguments as a dict; anything but a JSON object is kept as ``{"_raw": text}``."""
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {"_raw": text}
-    return value if isinstance(value, dict) else {"_raw": text}

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -41,6 +41,7 @@ from pidesk.providers.base import Done, StreamEvent, UsageReport
 MAX_RETRY_AFTER: Final = 30.0
 MAX_BACKOFF: Final = 8.0
 DEFAULT_MAX_RETRIES: Final = 10
+_MIN_SECRET: Final = 8
 
 Sleep = Callable[[float], Awaitable[object]]
 
@@ -175,7 +176,10 @@ def _message(exc: BaseException) -> str:
     error = body.get("error", body) if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"]:
         return str(error["message"])
-    return str(getattr(exc, "message", None) or exc or type(exc).__name__)
+    text = str(getattr(exc, "message", None) or exc or type(exc).__name__)
+    if (cause := exc.__cause__) is not None:  # the SDKs wrap "Connection error." around the real reason
+        text = f"{text} ({type(cause).__name__}: {cause})" if str(cause) else f"{text} ({type(cause).__name__})"
+    return text
 
 
 def _status_of_error_body(body: object) -> int:
@@ -201,7 +205,7 @@ class RetryPolicy:
         return backoff(retries_taken)
 
 
-Attempt = Callable[[], AsyncIterator[StreamEvent | Failure]]
+Attempt = Callable[[], AsyncGenerator[StreamEvent | Failure, None]]
 
 
 async def stream_with_retries(
@@ -210,16 +214,17 @@ async def stream_with_retries(
     """Run ``attempt`` until one completes or the policy gives up; always ends with one ``Done``.
 
     ``secret`` (the API key) is blanked out of every error detail, as some
-    servers echo part of a rejected key.
+    servers echo a rejected key (a key too short to be real is left alone, or
+    it would blank out parts of words).
     """
     async with aclosing(_drive(attempt, policy, sleep)) as events:
         async for event in events:
-            if isinstance(event, Done) and secret and secret in event.detail:
+            if isinstance(event, Done) and len(secret) >= _MIN_SECRET and secret in event.detail:
                 event = Done(event.stop_reason, event.error_code, event.detail.replace(secret, "[redacted]"))
             yield event
 
 
-async def _drive(attempt: Attempt, policy: RetryPolicy, sleep: Sleep) -> AsyncIterator[StreamEvent]:
+async def _drive(attempt: Attempt, policy: RetryPolicy, sleep: Sleep) -> AsyncGenerator[StreamEvent, None]:
     retries_taken = 0
     while True:
         yielded = False

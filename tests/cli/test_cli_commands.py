@@ -69,3 +69,19 @@ def test_commands_reach_a_running_host_through_host_json(project, data_dir):
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) == 0
     assert not (data_dir / "host.json").exists()
+
+
+def test_run_goes_through_a_running_host_and_stays_unattended(project, data_dir):
+    server = subprocess.Popen([sys.executable, "-m", "pidesk", "serve", "--no-open", "--data-dir", str(data_dir),
+                               "--model", f"scripted/{EXAMPLE}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        assert server.stdout.readline().startswith("pidesk serving at")
+        asked = pidesk("run", str(project), "notes", "--json", data_dir=data_dir, check=False)
+        assert asked.returncode == 1 and "PERMISSION_REQUIRED" in asked.stderr
+        done = pidesk("run", str(project), "notes", "--permission", "auto", data_dir=data_dir)
+        assert "Done: NOTES.md is in place." in done.stdout
+        assert (project / "NOTES.md").exists()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
