@@ -86,13 +86,11 @@ class Turns:
         self.p.live.turns[session_id] = live
         try:
             with self.p.store.db.tx() as db:
-                repo.insert_turn(db, turn_id, session_id, origin, approval_id)
+                repo.insert_turn(db, turn_id, session_id, origin, approval_id, consume_entry)
                 if not repo.set_status(db, session_id, SessionStatus.IDLE, SessionStatus.RUNNING, turn_id):
                     raise Conflict("the session is not idle", Code.AGENT_BUSY)
                 if approval_id is not None:
                     repo.set_execution_state(db, approval_id, ExecutionState.QUEUED, ExecutionState.RUNNING)
-                if consume_entry is not None:
-                    repo.queue_remove(db, session_id, consume_entry)
         except BaseException:
             del self.p.live.turns[session_id]
             raise
@@ -101,14 +99,16 @@ class Turns:
         self.p.publish_session(session_id)
         if approval_id is not None:
             self._publish_execution(approval_id)
-        if consume_entry is not None:
-            self._publish_queue(session_id)
         try:
             message = await self.p.in_thread(self.p.store.append_message, session_id, turn_id, "user", content)
         except StoreError:
             await self.finish(live, Failed(Code.PERSISTENCE_FAILURE))
             raise
         live.root_message_id = message.id
+        if consume_entry is not None:  # spent only once its prompt is in the transcript
+            with self.p.store.db.tx() as db:
+                repo.queue_remove(db, session_id, consume_entry)
+            self._publish_queue(session_id)
         self.p.bus.publish(MessageAppended(session_id=session_id, turn_id=turn_id, message=message))
         task = asyncio.create_task(self._drive(live, fail_before_model), name=f"turn {turn_id}")
         live.task = task

@@ -67,6 +67,7 @@ class Database:
                     self.conn.execute("COMMIT")
                 except Exception as exc:
                     self.conn.execute("ROLLBACK")
+                    self.conn.close()
                     raise StartupRefused(
                         f"migration {number} ({fn.__name__}) failed: {exc}. The index was left "
                         f"at schema {number - 1}, unchanged; pidesk will not start until the "

@@ -181,3 +181,10 @@ def m003_queue_notifications_audit(db: sqlite3.Connection) -> None:
             BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;
         """
     )
+
+
+@migration
+def m004_turn_queue_entry(db: sqlite3.Connection) -> None:
+    """The queue entry a turn is consuming, so a crash between its start and its prompt's
+    line can neither lose the entry nor run it twice (recovery decides from the transcript)."""
+    db.execute("ALTER TABLE turns ADD COLUMN queue_entry TEXT")

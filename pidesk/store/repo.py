@@ -214,13 +214,14 @@ def _turn(row: Row) -> Turn:
 
 
 def insert_turn(
-    db: sqlite3.Connection, turn_id: str, session_id: str, origin: TurnOrigin, approval_id: str | None
+    db: sqlite3.Connection, turn_id: str, session_id: str, origin: TurnOrigin, approval_id: str | None,
+    queue_entry: str | None = None,
 ) -> Turn:
     seq = db.execute("SELECT coalesce(max(seq), 0) + 1 FROM turns WHERE session_id = ?", (session_id,)).fetchone()[0]
     db.execute(
-        "INSERT INTO turns (id, session_id, seq, origin, state, started_at, approval_id)"
-        " VALUES (?,?,?,?,'running',?,?)",
-        (turn_id, session_id, seq, origin.value, now_iso(), approval_id),
+        "INSERT INTO turns (id, session_id, seq, origin, state, started_at, approval_id, queue_entry)"
+        " VALUES (?,?,?,?,'running',?,?,?)",
+        (turn_id, session_id, seq, origin.value, now_iso(), approval_id, queue_entry),
     )
     turn = get_turn(db, turn_id)
     assert turn is not None
@@ -549,8 +550,16 @@ def audit_entries(db: sqlite3.Connection, session_id: str | None, limit: int) ->
 
 
 def interrupt_everything(db: sqlite3.Connection) -> dict[str, int]:
-    """Fail closed after a restart: nothing pending, queued or running survives, nothing is replayed."""
+    """Fail closed after a restart: nothing pending, queued or running survives, nothing is replayed.
+
+    A running turn that was consuming a queue entry settles the entry by its transcript:
+    if the prompt's line made it, the entry is spent; if not, it stays queued.
+    """
     now = now_iso()
+    db.execute(
+        "DELETE FROM queue WHERE id IN (SELECT t.queue_entry FROM turns t WHERE t.state = 'running'"
+        " AND t.queue_entry IS NOT NULL AND EXISTS (SELECT 1 FROM messages m WHERE m.turn_id = t.id))"
+    )
     counts = {
         "approvals": db.execute(
             "UPDATE plan_approvals SET status = 'interrupted', resolved_at = ? WHERE status = 'pending'", (now,)

@@ -265,6 +265,8 @@ class Store:
         - a torn or undecodable tail: move it to a quarantine file and report it.
         """
         report = BootReport()
+        for stale in self.transcripts.dir.glob("*.jsonl.tmp"):  # a create that never reached its rename
+            stale.unlink()
         for tomb in self.transcripts.dir.glob("*.jsonl.deleted"):
             session_id = tomb.name[: -len(".jsonl.deleted")]
             with self.db.tx() as db:
@@ -312,8 +314,10 @@ class Store:
             self.transcripts.delete(session_id)
             return
         header = scan.lines[0].line
+        quarantined = None
         if scan.good_end < scan.size:
-            report.quarantined.append(str(self.transcripts.quarantine_tail(session_id, scan.good_end)))
+            quarantined = str(self.transcripts.quarantine_tail(session_id, scan.good_end))
+            report.quarantined.append(quarantined)
         messages = [as_message(s.line) for s in scan.lines if isinstance(s.line, MessageLine)]
         offsets = [(s.offset, s.length) for s in scan.lines if isinstance(s.line, MessageLine)]
         session = Session(
@@ -328,6 +332,8 @@ class Store:
             )
             repo.insert_message_rows(db, [_row(m, o, n) for m, (o, n) in zip(messages, offsets, strict=True)])
             repo.audit(db, "session.restored", session_id, reason="orphan transcript")
+            if quarantined is not None:
+                repo.audit(db, "transcript.quarantined", session_id, file=quarantined)
         report.restored_sessions.append(session_id)
 
     def _reindex_tail(self, session_id: str, indexed: int, report: BootReport) -> None:
