@@ -19,7 +19,7 @@ DEFAULT_APPROVAL_TIMEOUT = 1800.0
 @dataclass(frozen=True)
 class HostConfig:
     data_dir: Path
-    model: str = "scripted"
+    model: str = "demo"
     approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
     faults: Faults = field(default_factory=Faults)
     # the environment Bash runs with: the host's, less anything that looks like a secret
@@ -37,7 +37,7 @@ class HostConfig:
         env = os.environ if environ is None else environ
         return cls(
             data_dir=data_dir or Path(env.get("PIDESK_HOME") or _default_data_dir()),
-            model=model or env.get("PIDESK_MODEL", "scripted"),
+            model=model or env.get("PIDESK_MODEL", "demo"),
             approval_timeout=approval_timeout or float(env.get("PIDESK_APPROVAL_TIMEOUT", DEFAULT_APPROVAL_TIMEOUT)),
             tool_env=without_secrets(env),
             faults=Faults(

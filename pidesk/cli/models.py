@@ -1,4 +1,4 @@
-"""``--model PROVIDER/MODEL`` to a Provider. Only the scripted provider exists so far."""
+"""``--model PROVIDER/MODEL`` to a Provider: ``demo`` (built in, offline) or ``scripted/<file>``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from pidesk.providers.scripted import ScriptedProvider, ScriptError
 
 def make_provider(model: str) -> Provider:
     name, _, rest = model.partition("/")
+    if name == "demo":
+        from pidesk.providers.demo import DemoProvider
+
+        return DemoProvider()
     if name == "scripted":
         if not rest:
             return ScriptedProvider()
@@ -19,5 +23,5 @@ def make_provider(model: str) -> Provider:
         except ScriptError as exc:
             raise InvalidParams(str(exc), Code.MODEL_NOT_CONFIGURED) from None
     raise InvalidParams(
-        f"unknown model {model!r}; this version knows scripted[/<script.json>]", Code.MODEL_NOT_CONFIGURED
+        f"unknown model {model!r}; this version knows demo and scripted[/<script.json>]", Code.MODEL_NOT_CONFIGURED
     )

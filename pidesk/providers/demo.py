@@ -1,0 +1,127 @@
+"""The demo model (``--model demo``): a built-in, offline model that shows the whole product.
+
+It reads the conversation like a model would and walks the contract flow on the
+user's real project: asked for anything in Agent mode it enters Plan mode; in
+Plan (or Goal) mode it looks around (Glob, then Read of a README or manifest)
+and submits a real plan (or goal with criteria); once approved it carries it out
+by writing a small ``NOTES.md``, and in a Goal execution reports every criterion.
+It never needs a network or a key, and every step goes through the host like a
+real model's would.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pidesk.core.records import Message, TextBlock, ToolCallBlock, ToolResultBlock
+from pidesk.providers.base import Done, ModelRequest, StreamEvent, TextDelta, ToolCall, UsageReport
+
+NOTES = "NOTES.md"
+_WORDS = re.compile(r"\S+\s*")
+_READ_FIRST = ("README.md", "README.rst", "README.txt", "README", "pyproject.toml", "package.json", "Cargo.toml")
+CRITERIA = [f"{NOTES} exists at the project root", f"{NOTES} lists the project's files"]
+
+
+class DemoProvider:
+    name = "demo"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        text, calls = _next_step(request)
+        for word in _WORDS.findall(text):
+            yield TextDelta(word)
+        for index, (name, args) in enumerate(calls):
+            yield ToolCall(f"demo_{len(request.messages)}_{index}", name, args)
+        yield UsageReport(input_tokens=sum(len(m.text()) for m in request.messages) // 4,
+                          output_tokens=len(text) // 4)
+        yield Done("tool_calls" if calls else "end")
+
+
+def _next_step(request: ModelRequest) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    tools = {spec["name"] for spec in request.tools}
+    turn = _current_turn(request.messages)
+    last = turn[-1] if turn else None
+    if last is not None and last.role == "tool":
+        result = next(b for b in last.content if isinstance(b, ToolResultBlock))
+        if not result.ok and result.error_code not in (None, "FILE_NOT_FOUND"):
+            return f"The host refused {result.name} ({result.error_code}). I'll stop here.", []
+    if "ReportCriteria" in tools:  # a Goal execution
+        if not _called(turn, "Write"):
+            return "Working toward the goal: writing the notes.", [("Write", _notes_args(request.messages))]
+        return "Both criteria are verifiable now.", [("ReportCriteria", {"results": [
+            {"criterion": c, "outcome": "met", "evidence": f"{NOTES} was written in this turn"} for c in CRITERIA]})]
+    if _is_execution(turn):
+        if not _called(turn, "Write"):
+            return "Carrying out the approved plan.", [("Write", _notes_args(request.messages))]
+        return f"Done: {NOTES} is written, as the plan said.", []
+    kind = "goal" if "SubmitGoal" in tools else "plan" if "SubmitPlan" in tools else None
+    if kind is None:
+        if "EnterPlanMode" in tools:
+            return "This changes files, so I'll plan it first.", [("EnterPlanMode", {"reason": "propose before writing"})]
+        return "I can only help with a project session.", []
+    if not _called(turn, "Glob"):
+        return "Let me look at the project.", [("Glob", {"pattern": "**/*"})]
+    if not _called(turn, "Read"):
+        listing = _last_result(turn, "Glob")
+        first = next((name for name in _READ_FIRST if name in listing.splitlines()), None)
+        if first is not None:
+            return f"Reading {first}.", [("Read", {"path": first, "limit": 40})]
+    return _submit(kind, _last_result(turn, "Glob"))
+
+
+def _submit(kind: str, listing: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    files = _files(listing)[:12]
+    shown = "\n".join(f"- `{name}`" for name in files) or "- (no files)"
+    if kind == "plan":
+        markdown = (f"# Write {NOTES}\n\nThe project's files:\n\n{shown}\n\n## Steps\n\n"
+                    f"1. Write `{NOTES}` with a short description and the list above.\n"
+                    "2. Change nothing else.\n")
+        return "Here is my plan.", [("SubmitPlan", {"title": f"Write {NOTES}", "markdown": markdown,
+                                                    "question": f"May I write {NOTES}?"})]
+    criteria = "\n".join(f"- {c}" for c in CRITERIA)
+    markdown = (f"# Goal: a {NOTES} for this project\n\n## Acceptance criteria\n\n{criteria}\n\n"
+                "## Boundaries\n\n- Only NOTES.md is created; nothing else changes.\n")
+    return "Here is the goal.", [("SubmitGoal", {"title": f"A {NOTES} for this project", "markdown": markdown,
+                                                 "question": "Approve this goal?", "criteria": CRITERIA})]
+
+
+def _notes_args(messages: list[Message]) -> dict[str, Any]:
+    listing = ""
+    for message in messages:
+        for block in message.content:
+            if isinstance(block, ToolResultBlock) and block.name == "Glob" and block.ok:
+                listing = block.output
+    body = "\n".join(f"- {name}" for name in _files(listing)[:40]) or "- (empty)"
+    return {"path": NOTES, "content": f"# Notes\n\nWritten by the pidesk demo model.\n\n## Files\n\n{body}\n"}
+
+
+def _files(listing: str) -> list[str]:
+    return [line for line in listing.splitlines() if line and not line.startswith(("[", ".pi/"))]
+
+
+def _current_turn(messages: list[Message]) -> list[Message]:
+    """The messages since the last user-authored prompt (tool results are role tool)."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "user":
+            return messages[index:]
+    return []
+
+
+def _is_execution(turn: list[Message]) -> bool:
+    return bool(turn) and turn[0].text().startswith("Approved ")
+
+
+def _called(turn: list[Message], name: str) -> bool:
+    return any(isinstance(b, ToolCallBlock) and b.name == name for m in turn for b in m.content)
+
+
+def _last_result(turn: list[Message], name: str) -> str:
+    for message in reversed(turn):
+        for block in message.content:
+            if isinstance(block, ToolResultBlock) and block.name == name:
+                return block.output
+    return ""
+
+
+__all__ = ["CRITERIA", "DemoProvider"]
