@@ -21,9 +21,12 @@ class HostConfig:
     data_dir: Path
     model: str = "demo"
     approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
+    context_limit: int = 128_000  # tokens the model's view may hold before compaction
     faults: Faults = field(default_factory=Faults)
     # the environment Bash runs with: the host's, less anything that looks like a secret
     tool_env: Mapping[str, str] | None = None
+    # provider credentials: never logged, never shown to tools (repr hides them)
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_environ(
@@ -40,6 +43,7 @@ class HostConfig:
             model=model or env.get("PIDESK_MODEL", "demo"),
             approval_timeout=approval_timeout or float(env.get("PIDESK_APPROVAL_TIMEOUT", DEFAULT_APPROVAL_TIMEOUT)),
             tool_env=without_secrets(env),
+            secrets={k: env[k] for k in _PROVIDER_SETTINGS if env.get(k)},
             faults=Faults(
                 frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
                 env.get("PIDESK_FAULT_ACTION", "kill"),
@@ -48,6 +52,7 @@ class HostConfig:
 
 
 _SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+_PROVIDER_SETTINGS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
 
 
 def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:

@@ -97,7 +97,7 @@ async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterato
 
     lock = DataDirLock(config.data_dir)
     try:
-        host = Host.open(config, make_provider(model or config.model))
+        host = Host.open(config, make_provider(model or config.model, config.secrets))
         try:
             yield host
         finally:

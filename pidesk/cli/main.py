@@ -90,7 +90,7 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
             webbrowser.open(page)
 
     try:
-        asyncio.run(run_server(config, make_provider(config.model),
+        asyncio.run(run_server(config, make_provider(config.model, config.secrets),
                                ServeOptions(bind, port, token, allow_remote), announce))
     except PideskError as exc:
         click.echo(f"pidesk: {exc.code}: {exc.message}", err=True)

@@ -96,6 +96,12 @@ class ForkedFrom(Record):
     through_message_id: str | None
 
 
+class Usage(Record):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_tokens: int = 0
+
+
 class Session(Record):
     id: str
     title: str
@@ -109,12 +115,7 @@ class Session(Record):
     forked_from: ForkedFrom | None
     created_at: str
     updated_at: str
-
-
-class Usage(Record):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_tokens: int = 0
+    usage: Usage = msgspec.field(default_factory=Usage)  # summed over the session's turns
 
 
 class Turn(Record):

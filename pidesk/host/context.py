@@ -23,6 +23,7 @@ from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
 from pidesk.ids import new_id
 from pidesk.runtime.loop import Nudge, ToolOutcome, TurnEnd
+from pidesk.runtime.context_window import model_view
 from pidesk.runtime.prompts import system_prompt
 from pidesk.store import repo
 from pidesk.tools import TOOL_SPECS, Tool, make_workspace_tools, run_tool
@@ -58,7 +59,7 @@ class HostTurnContext:
         return [TOOL_SPECS[name] for name in names]
 
     def history(self) -> list[Message]:
-        return self.p.store.messages(self.session_id)
+        return model_view(self.p.store.messages(self.session_id), self.p.config.context_limit)
 
     def new_message_id(self) -> str:
         return new_id("m")
@@ -113,6 +114,11 @@ class HostTurnContext:
                 return await self.approvals.submit(self.live, call, PlanKind.GOAL)
             case "ReportCriteria":
                 return self.executions.report(self.live, call)
+            case "NewContext":
+                summary = call.args.get("summary")
+                if not isinstance(summary, str) or not summary.strip():
+                    return ToolOutcome(ToolResult.error(Code.INVALID_ARGUMENTS, "summary must be a non-empty string"))
+                return ToolOutcome(ToolResult(ok=True, output=summary))
         tool = self._workspace_tools().get(call.name)
         if tool is None:
             return ToolOutcome(ToolResult.error(Code.TOOL_NOT_FOUND, f"{call.name} is not available in this host"))

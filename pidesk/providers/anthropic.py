@@ -66,6 +66,9 @@ class AnthropicProvider:
             self._client = None
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        return stream_with_retries(lambda: self._attempt(request), self._policy, self._sleep, secret=self._api_key)
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self._max_tokens,
@@ -76,7 +79,7 @@ class AnthropicProvider:
             params["system"] = request.system
         if request.tools:
             params["tools"] = anthropic_tools(request.tools)
-        return stream_with_retries(lambda: self._attempt(params), self._policy, self._sleep, secret=self._api_key)
+        return params
 
     def _connect(self) -> tuple[Any, SdkErrors]:
         if self._client is None or self._errors is None:
@@ -91,12 +94,13 @@ class AnthropicProvider:
             )
         return self._client, self._errors
 
-    async def _attempt(self, params: dict[str, Any]) -> AsyncGenerator[StreamEvent | Failure, None]:
+    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Failure, None]:
         try:
             client, errors = self._connect()
         except Exception as exc:  # e.g. an unusable base URL
             yield Failure("fatal", f"cannot set up the anthropic client: {exc}")
             return
+        params = self._params(request)  # an exception here is a PROVIDER_ERROR (the retry driver's rule)
         try:
             stream = await client.messages.create(**params)
         except Exception as exc:

@@ -49,7 +49,9 @@ Row = tuple[Any, ...]
 _SESSION_COLS = (
     "s.id, s.title, s.project_path, s.root, s.mode, s.permission_mode, s.status, "
     "s.current_turn_id, s.forked_from, s.forked_through, s.created_at, s.updated_at, "
-    "EXISTS (SELECT 1 FROM plan_approvals a WHERE a.session_id = s.id AND a.status = 'pending')"
+    "EXISTS (SELECT 1 FROM plan_approvals a WHERE a.session_id = s.id AND a.status = 'pending'), "
+    "(SELECT coalesce(sum(t.input_tokens), 0) || ',' || coalesce(sum(t.output_tokens), 0) || ',' ||"
+    " coalesce(sum(t.cache_tokens), 0) FROM turns t WHERE t.session_id = s.id)"
 )
 
 
@@ -68,6 +70,8 @@ def _session(row: Row) -> Session:
         forked_from=ForkedFrom(session_id=row[8], through_message_id=row[9]) if row[8] else None,
         created_at=row[10],
         updated_at=row[11],
+        usage=Usage(**dict(zip(("input_tokens", "output_tokens", "cache_tokens"),
+                               map(int, row[13].split(",")), strict=True))),
     )
 
 

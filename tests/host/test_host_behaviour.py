@@ -199,3 +199,28 @@ async def test_delete_removes_the_session_and_its_transcript(host, provider, pro
         await state(host, s["id"])
     assert gone.value.code == "NOT_FOUND"
     assert os.listdir(host.store.transcripts.dir) == []
+
+
+async def test_new_context_changes_the_models_view_and_keeps_the_transcript(host, provider, project):
+    s = await session(host, project)
+    sub = host.subscribe()
+    provider.enqueue(s["id"], {"text": "first answer"}, tool("NewContext", summary="the user wants notes"),
+                     {"text": "fresh start"})
+    await ended(sub, (await prompt(host, s["id"], "hello"))["turnId"])
+    await ended(sub, (await prompt(host, s["id"], "start over"))["turnId"])
+    seen = provider.requests[-1].messages
+    assert seen[0].text().endswith("the user wants notes") and "hello" not in "".join(m.text() for m in seen)
+    texts = [m["content"][0].get("text") for m in (await state(host, s["id"]))["messages"]]
+    assert texts[:2] == ["hello", "first answer"]  # the transcript keeps every message
+
+
+async def test_compaction_fits_the_view_into_the_model_limit(make_host, provider, project):
+    host = make_host(context_limit=400)
+    s = await session(host, project)
+    sub = host.subscribe()
+    for i in range(6):
+        provider.enqueue(s["id"], {"text": f"answer {i} " + "x" * 400})
+        await ended(sub, (await prompt(host, s["id"], f"question {i}"))["turnId"])
+    seen = provider.requests[-1].messages
+    assert "compacted" in seen[0].text() and seen[-1].text() == "question 5"
+    assert len((await state(host, s["id"]))["messages"]) == 12

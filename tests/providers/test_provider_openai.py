@@ -1,0 +1,342 @@
+"""OpenAIProvider: the real ``openai`` SDK against a local server speaking Chat Completions SSE."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from pidesk.core.records import AttachmentBlock, TextBlock, ToolCallBlock, ToolResultBlock
+from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall, UsageReport
+from pidesk.providers.convert import MISSING_RESULT, openai_messages
+from pidesk.providers.openai import OpenAIProvider
+from pidesk.tools.specs import TOOL_SPECS
+from tests.providers.mock_vendors import (
+    OPENAI_DONE,
+    MockVendor,
+    RecordedSleep,
+    Reply,
+    Sse,
+    closed_port_url,
+    collect,
+    message,
+    openai_call_delta,
+    openai_chunk,
+    openai_error,
+    openai_text,
+    openai_usage,
+    request,
+)
+
+KEY = "sk-test-0123456789abcdef"
+
+
+@pytest_asyncio.fixture
+async def vendor() -> AsyncIterator[MockVendor]:
+    async with MockVendor() as server:
+        yield server
+
+
+@pytest.fixture
+def sleep() -> RecordedSleep:
+    return RecordedSleep()
+
+
+def provider(vendor: MockVendor, sleep: RecordedSleep, max_retries: int = 10) -> OpenAIProvider:
+    return OpenAIProvider("gpt-test", api_key=KEY, base_url=f"{vendor.url}/v1", max_retries=max_retries, sleep=sleep)
+
+
+def hello() -> list[StreamEvent]:
+    return [TextDelta("Hel"), TextDelta("lo"), UsageReport(10, 2, 0), Done("end")]
+
+
+@pytest.mark.asyncio
+async def test_text_streams_as_deltas_then_usage_then_end(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    vendor.script(Sse([
+        openai_chunk(role="assistant", content=""),
+        openai_chunk(content="Hel"),
+        openai_chunk(content="lo"),
+        openai_chunk(finish_reason="stop"),
+        openai_usage(120, 8, cached=64),
+        OPENAI_DONE,
+    ]))
+    events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")))))
+    assert events == [TextDelta("Hel"), TextDelta("lo"), UsageReport(120, 8, 64), Done("end")]
+    [sent] = vendor.requests
+    assert (sent.method, sent.path) == ("POST", "/v1/chat/completions")
+    assert sent.headers["authorization"] == f"Bearer {KEY}"
+    assert sent.body["model"] == "gpt-test"
+    assert sent.body["stream"] is True and sent.body["stream_options"] == {"include_usage": True}
+    assert "tools" not in sent.body
+    assert sleep.delays == []
+
+
+@pytest.mark.asyncio
+async def test_request_carries_history_tool_results_by_id_and_tools(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    vendor.script(Sse(openai_text("ok")))
+    history = [
+        message("user", TextBlock(text="look at the readme"),
+                AttachmentBlock(kind="file", name="notes.txt", mime="text/plain", size=12, ref="sha256:ab")),
+        message("assistant", TextBlock(text="Reading."),
+                ToolCallBlock(id="call_a", name="Read", args={"path": "README.md"}),
+                ToolCallBlock(id="call_b", name="Glob", args={"pattern": "*.py"})),
+        message("tool", ToolResultBlock(tool_call_id="call_a", name="Read", ok=True, output="1 # demo")),
+        # call_b never got a result (the host died): a synthesized error result keeps the request valid
+        message("user", TextBlock(text="and now?")),
+        message("assistant", TextBlock(text="")),  # an empty answer is left out
+        message("assistant", ToolCallBlock(id="call_c", name="Bash", args={"command": "false"})),
+        message("tool", ToolResultBlock(tool_call_id="call_c", name="Bash", ok=False, output="exit 1",
+                                        error_code="TOOL_FAILED")),
+    ]
+    specs = [TOOL_SPECS["Read"], TOOL_SPECS["Bash"]]
+    await collect(provider(vendor, sleep).stream(request(*history, system="You are pidesk.", tools=specs)))
+
+    body = vendor.requests[0].body
+    assert body["messages"] == [
+        {"role": "system", "content": "You are pidesk."},
+        {"role": "user", "content": "look at the readme\n[attached file 'notes.txt' (text/plain, 12 bytes), ref sha256:ab]"},
+        {"role": "assistant", "content": "Reading.", "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "Read", "arguments": '{"path": "README.md"}'}},
+            {"id": "call_b", "type": "function", "function": {"name": "Glob", "arguments": '{"pattern": "*.py"}'}},
+        ]},
+        {"role": "tool", "tool_call_id": "call_a", "content": "1 # demo"},
+        {"role": "tool", "tool_call_id": "call_b", "content": f"Error TOOL_ABORTED: {MISSING_RESULT}"},
+        {"role": "user", "content": "and now?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_c", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "false"}'}},
+        ]},
+        {"role": "tool", "tool_call_id": "call_c", "content": "Error TOOL_FAILED: exit 1"},
+    ]
+    assert body["tools"] == [
+        {"type": "function", "function": {"name": s["name"], "description": s["description"],
+                                          "parameters": s["parameters"]}}
+        for s in specs
+    ]
+
+
+@pytest.mark.asyncio
+async def test_a_tool_call_split_across_many_deltas_is_assembled(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    arguments = json.dumps({"path": "src/app.py", "offset": 3, "limit": 20})
+    pieces = [arguments[i:i + 4] for i in range(0, len(arguments), 4)]
+    vendor.script(Sse([
+        openai_chunk(role="assistant", content=None),
+        openai_chunk(tool_calls=[openai_call_delta(0, id="call_1", name="Read", arguments="")]),
+        *(openai_chunk(tool_calls=[openai_call_delta(0, arguments=p)]) for p in pieces),
+        openai_chunk(finish_reason="tool_calls"),
+        openai_usage(50, 20),
+        OPENAI_DONE,
+    ]))
+    events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="read")))))
+    assert len(pieces) > 8
+    assert events == [
+        ToolCall("call_1", "Read", {"path": "src/app.py", "offset": 3, "limit": 20}),
+        UsageReport(50, 20, 0),
+        Done("tool_calls"),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_parallel_tool_calls_interleaved_by_index(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    vendor.script(Sse([
+        openai_chunk(content="Two at once."),
+        openai_chunk(tool_calls=[openai_call_delta(0, id="call_r", name="Read"),
+                                 openai_call_delta(1, id="call_g", name="Grep")]),
+        openai_chunk(tool_calls=[openai_call_delta(1, arguments='{"pat')]),
+        openai_chunk(tool_calls=[openai_call_delta(0, arguments='{"path"')]),
+        openai_chunk(tool_calls=[openai_call_delta(1, arguments='tern": "TODO"}')]),
+        openai_chunk(tool_calls=[openai_call_delta(0, arguments=': "a.py"}')]),
+        openai_chunk(tool_calls=[openai_call_delta(2, id="call_x", name="Write", arguments='{"path": ')]),
+        openai_chunk(finish_reason="stop"),  # some servers say stop even with tool calls
+        openai_usage(5, 5),
+        OPENAI_DONE,
+    ]))
+    events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="go")))))
+    assert events == [
+        TextDelta("Two at once."),
+        ToolCall("call_r", "Read", {"path": "a.py"}),
+        ToolCall("call_g", "Grep", {"pattern": "TODO"}),
+        ToolCall("call_x", "Write", {"_raw": '{"path": '}),  # invalid JSON: the tool reports INVALID_ARGUMENTS
+        UsageReport(5, 5, 0),
+        Done("tool_calls"),
+    ]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("header", "value", "waited"), [
+    ("retry-after", "3", 3.0),
+    ("retry-after-ms", "1500", 1.5),
+    ("retry-after", "120", 30.0),  # capped
+])
+async def test_429_waits_what_retry_after_asks_then_retries(
+    vendor: MockVendor, sleep: RecordedSleep, header: str, value: str, waited: float
+) -> None:
+    limited = openai_error(429, "Rate limit reached", "rate_limit_exceeded")
+    vendor.script(Reply(429, limited.body, {header: value}), Sse(openai_text("Hel", "lo")))
+    events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")))))
+    assert events == hello()
+    assert sleep.delays == [waited]
+    assert len(vendor.requests) == 2
+    assert vendor.requests[0].body == vendor.requests[1].body
+
+
+@pytest.mark.asyncio
+async def test_500_then_success_backs_off_one_second(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    vendor.script(openai_error(500, "The server had an error"), Sse(openai_text("Hel", "lo")))
+    events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")))))
+    assert events == hello()
+    assert sleep.delays == [1.0]
+    assert len(vendor.requests) == 2
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("answer", "code"), [
+    (openai_error(429, "Rate limit reached"), "PROVIDER_RATE_LIMITED"),
+    (openai_error(503, "Service unavailable"), "PROVIDER_ERROR"),
+    (Sse([openai_chunk(role="assistant", content="")], cut=True), "STREAM_FAILED"),
+])
+async def test_spent_retries_end_with_the_failure_code(
+    vendor: MockVendor, sleep: RecordedSleep, answer: Reply | Sse, code: str
+) -> None:
+    vendor.script(*[answer] * 5)
+    events = await collect(provider(vendor, sleep, max_retries=4).stream(request(message("user", TextBlock(text="x")))))
+    [done] = events
+    assert isinstance(done, Done) and (done.stop_reason, done.error_code) == ("error", code)
+    assert "gave up after 4 retries" in done.detail
+    assert len(vendor.requests) == 5
+    assert sleep.delays == [1.0, 2.0, 4.0, 8.0]
+
+
+@pytest.mark.asyncio
+async def test_a_stream_cut_before_any_output_is_replayed(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    vendor.script(
+        Sse([openai_chunk(role="assistant", content=""), b"data: {\"id\": \"chatcmpl-1\", \"obj"], cut=True),
+        Sse(openai_text("Hel", "lo")),
+    )
+    events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")))))
+    assert events == hello()
+    assert sleep.delays == [1.0]
+    assert len(vendor.requests) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_stream_cut_after_text_fails_without_replay(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    vendor.script(Sse([openai_chunk(content="Hel")], cut=True), Sse(openai_text("never sent")))
+    events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")))))
+    assert events[0] == TextDelta("Hel")
+    assert isinstance(events[1], Done) and (events[1].stop_reason, events[1].error_code) == ("error", "STREAM_FAILED")
+    assert len(events) == 2
+    assert len(vendor.requests) == 1 and sleep.delays == []
+
+
+@pytest.mark.asyncio
+async def test_a_stream_that_ends_cleanly_without_a_finish_reason_broke_off(
+    vendor: MockVendor, sleep: RecordedSleep
+) -> None:
+    vendor.script(
+        Sse([openai_chunk(tool_calls=[openai_call_delta(0, id="call_1", name="Read", arguments='{"pa')])]),
+        Sse(openai_text("Hel", "lo")),
+    )
+    events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")))))
+    assert events == hello()  # the half tool call was never yielded, so the replay duplicates nothing
+    assert sleep.delays == [1.0]
+
+
+@pytest.mark.asyncio
+async def test_an_error_event_inside_the_stream_is_classified_by_its_code(
+    vendor: MockVendor, sleep: RecordedSleep
+) -> None:
+    relay_error = b'data: {"error": {"message": "upstream overloaded", "code": 502}}\n\n'
+    vendor.script(Sse([openai_chunk(role="assistant", content=""), relay_error]), Sse(openai_text("Hel", "lo")))
+    events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")))))
+    assert events == hello()
+    assert sleep.delays == [1.0]
+
+
+@pytest.mark.asyncio
+async def test_401_is_unauthorized_at_once_and_never_shows_the_key(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    vendor.script(openai_error(401, f"Incorrect API key provided: {KEY}.", "invalid_api_key"))
+    [done] = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")))))
+    assert isinstance(done, Done) and (done.stop_reason, done.error_code) == ("error", "PROVIDER_UNAUTHORIZED")
+    assert KEY not in done.detail and "[redacted]" in done.detail
+    assert len(vendor.requests) == 1 and sleep.delays == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("status", [400, 404, 422])
+async def test_a_bad_request_is_a_provider_error_without_retry(
+    vendor: MockVendor, sleep: RecordedSleep, status: int
+) -> None:
+    vendor.script(openai_error(status, "The model `gpt-test` does not exist"))
+    [done] = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")))))
+    assert isinstance(done, Done) and (done.stop_reason, done.error_code) == ("error", "PROVIDER_ERROR")
+    assert f"HTTP {status}" in done.detail and "does not exist" in done.detail
+    assert len(vendor.requests) == 1 and sleep.delays == []
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_server_is_retried_then_a_provider_error(sleep: RecordedSleep) -> None:
+    nobody = OpenAIProvider("gpt-test", api_key=KEY, base_url=await closed_port_url(), max_retries=2, sleep=sleep)
+    [done] = await collect(nobody.stream(request(message("user", TextBlock(text="hi")))))
+    assert isinstance(done, Done) and (done.stop_reason, done.error_code) == ("error", "PROVIDER_ERROR")
+    assert "could not reach openai" in done.detail
+    assert sleep.delays == [1.0, 2.0]
+
+
+@pytest.mark.asyncio
+async def test_cancelling_the_consumer_closes_the_stream_promptly(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    vendor.script(Sse([openai_chunk(role="assistant", content=""), openai_chunk(content="Hel")], hold=True))
+    first = asyncio.Event()
+    seen: list[StreamEvent] = []
+
+    async def consume() -> None:
+        async for event in provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")))):
+            seen.append(event)
+            first.set()
+
+    task = asyncio.create_task(consume())
+    async with asyncio.timeout(5):
+        await first.wait()
+        await vendor.holding.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await vendor.client_gone.wait()
+    assert seen == [TextDelta("Hel")]
+    assert sleep.delays == []
+
+
+def test_importing_the_providers_does_not_import_the_sdks() -> None:
+    probe = (
+        "import sys, pidesk.providers.openai, pidesk.providers.anthropic, pidesk.providers.retry, "
+        "pidesk.providers.convert; print([m for m in ('openai', 'anthropic', 'httpx2') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=30)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_result_whose_call_is_not_pending_is_shown_as_text_not_dropped() -> None:
+    history = [
+        message("user", TextBlock(text="go on")),  # e.g. the history was compacted before the call
+        message("tool", ToolResultBlock(tool_call_id="call_old", name="Read", ok=True, output="old text")),
+        message("assistant", TextBlock(text="ok")),
+    ]
+    assert openai_messages("", history) == [
+        {"role": "user", "content": "go on"},
+        {"role": "user", "content": "(Result of an earlier Read call call_old) old text"},
+        {"role": "assistant", "content": "ok"},
+    ]
+
+
+@pytest.mark.asyncio
+async def test_a_request_that_cannot_be_encoded_ends_in_an_error_not_a_raise(
+    vendor: MockVendor, sleep: RecordedSleep
+) -> None:
+    bad = message("assistant", ToolCallBlock(id="call_1", name="Read", args={"path": object()}))
+    [done] = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")), bad)))
+    assert isinstance(done, Done) and (done.stop_reason, done.error_code) == ("error", "PROVIDER_ERROR")
+    assert vendor.requests == [] and sleep.delays == []
