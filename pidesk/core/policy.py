@@ -71,6 +71,11 @@ BUILTIN_TOOLS: Final[dict[str, ToolKind]] = {
     "ReportCriteria": ToolKind.REPORT_CRITERIA,
 }
 
+# What a delegate may never call: it cannot change the mode, submit, report, or nest tasks.
+DELEGATE_FORBIDDEN: Final[frozenset[str]] = frozenset(
+    {"EnterPlanMode", "EnterGoalMode", "SubmitPlan", "SubmitGoal", "ReportCriteria", "Task", "TaskWait"}
+)
+
 # Tools that must be the only call in their assistant batch (seed 003 §3 rule 12).
 EXCLUSIVE_TOOLS: Final[frozenset[str]] = frozenset(
     {"EnterPlanMode", "EnterGoalMode", "SubmitPlan", "SubmitGoal"}
@@ -113,15 +118,20 @@ def decide(
     plugin_risk: PluginRisk | None = None,
     granted: bool = False,
     temporary: bool = False,
+    delegate: bool = False,
 ) -> Decision:
     """Decide one tool call from the session's durable mode and permission state.
 
     ``granted`` is whether the session holds an "always allow" grant for this
-    tool; ``temporary`` whether the session has no project (scratch root).
+    tool; ``temporary`` whether the session has no project (scratch root);
+    ``delegate`` whether a Task's child agent makes the call — it works under its
+    parent's mode and may never change the mode, submit a contract or start tasks.
     """
     kind = classify(tool, plugin_risk)
     if kind is ToolKind.UNKNOWN:
         return Deny(Code.TOOL_NOT_FOUND)
+    if delegate and tool in DELEGATE_FORBIDDEN:
+        return Deny(Code.TOOL_DISABLED_IN_PLAN if mode.is_contract else Code.TOOL_NOT_FOUND)
     if mode.is_contract:
         return _decide_contract(mode, permission_mode, kind)
     return _decide_agent(permission_mode, kind, plugin_risk, granted, temporary)
@@ -185,10 +195,13 @@ def batch_is_exclusive_violation(tool_names: list[str]) -> bool:
 IMPLEMENTED_TOOLS: Final[tuple[str, ...]] = (
     "Read", "Glob", "Grep", "Write", "Edit", "Bash",
     "EnterPlanMode", "EnterGoalMode", "SubmitPlan", "SubmitGoal", "ReportCriteria", "NewContext",
+    "Task", "TaskWait",
 )
 
 
-def visible_tools(mode: Mode, *, temporary: bool = False, goal_execution: bool = False) -> list[str]:
+def visible_tools(
+    mode: Mode, *, temporary: bool = False, goal_execution: bool = False, delegate: bool = False
+) -> list[str]:
     """The tools shown to the model: those the policy does not hard-deny in this mode.
 
     Hiding is a courtesy to the model; ``decide`` still judges every call.
@@ -197,7 +210,7 @@ def visible_tools(mode: Mode, *, temporary: bool = False, goal_execution: bool =
     for name in IMPLEMENTED_TOOLS:
         if name == "ReportCriteria" and not goal_execution:
             continue
-        verdict = decide(mode, PermissionMode.AUTO, name, temporary=temporary)
+        verdict = decide(mode, PermissionMode.AUTO, name, temporary=temporary, delegate=delegate)
         if not isinstance(verdict, Deny):
             shown.append(name)
     return shown

@@ -17,6 +17,7 @@ from pidesk.core.modes import Mode, PlanKind
 from pidesk.core.records import Block, Message, ToolCallBlock, Usage
 from pidesk.core.transitions import ModeCause, change_mode
 from pidesk.host.approvals import Approvals
+from pidesk.host.delegates import Delegates
 from pidesk.host.executions import Executions
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
@@ -32,15 +33,18 @@ from pidesk.tools.base import ToolResult
 
 class HostTurnContext:
     def __init__(
-        self, parts: Parts, live: LiveTurn, permissions: Permissions, approvals: Approvals, executions: Executions
+        self, parts: Parts, live: LiveTurn, permissions: Permissions, approvals: Approvals, executions: Executions,
+        delegates: Delegates,
     ) -> None:
         self.p = parts
         self.live = live
         self.session_id = live.session_id
         self.turn_id = live.turn_id
+        self.agent = "main"
         self.permissions = permissions
         self.approvals = approvals
         self.executions = executions
+        self.delegates = delegates
         self._tools: dict[str, Tool] | None = None
 
     @property
@@ -114,6 +118,10 @@ class HostTurnContext:
                 return await self.approvals.submit(self.live, call, PlanKind.GOAL)
             case "ReportCriteria":
                 return self.executions.report(self.live, call)
+            case "Task":
+                return self.delegates.start(self.live, call)
+            case "TaskWait":
+                return await self.delegates.wait(self.live, call)
             case "NewContext":
                 summary = call.args.get("summary")
                 if not isinstance(summary, str) or not summary.strip():

@@ -27,6 +27,7 @@ from pidesk.host import validate
 from pidesk.host.approvals import Approvals
 from pidesk.host.bus import EventBus, Subscription
 from pidesk.host.context import HostTurnContext
+from pidesk.host.delegates import Delegates
 from pidesk.host.executions import Executions
 from pidesk.host.forks import Forks
 from pidesk.host.live import Live, LiveTurn
@@ -54,6 +55,7 @@ class Host:
         self.approvals = Approvals(p)
         self.executions = Executions(p, self.turns)
         self.forks = Forks(p)
+        self.delegates = Delegates(p, self.permissions)
         self.turns.context_factory = self._context
         self.turns.after_turn = self._after_turn
         self.recovery: Recovery | None = None
@@ -77,7 +79,7 @@ class Host:
         return self.parts.bus.subscribe()
 
     def _context(self, live: LiveTurn) -> HostTurnContext:
-        return HostTurnContext(self.parts, live, self.permissions, self.approvals, self.executions)
+        return HostTurnContext(self.parts, live, self.permissions, self.approvals, self.executions, self.delegates)
 
     async def _after_turn(self, session_id: str) -> None:
         if not await self.executions.dispatch(session_id):

@@ -41,6 +41,7 @@ class LiveTurn:
     has_output: bool = False  # assistant text or a tool row began (smart stop restores no draft)
     steers: list[str] = field(default_factory=list)
     permission_waiters: dict[str, asyncio.Future[tuple[bool, bool]]] = field(default_factory=dict)
+    delegates: dict[str, asyncio.Task[str]] = field(default_factory=dict)  # Task id -> its child agent
     approval_waiter: tuple[str, asyncio.Future[str]] | None = None
 
 

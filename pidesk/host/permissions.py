@@ -31,13 +31,14 @@ class Permissions:
     def __init__(self, parts: Parts) -> None:
         self.p = parts
 
-    async def authorize(self, live: LiveTurn, call: ToolCallBlock) -> policy.Allow | policy.Deny:
+    async def authorize(self, live: LiveTurn, call: ToolCallBlock, *, delegate: bool = False
+                        ) -> policy.Allow | policy.Deny:
         session = self.p.session(live.session_id)
         with self.p.store.db.read() as db:
             granted = session.mode is Mode.AGENT and repo.has_grant(db, session.id, call.name)
         decision = policy.decide(
             session.mode, session.permission_mode, call.name,
-            granted=granted, temporary=session.project_path is None,
+            granted=granted, temporary=session.project_path is None, delegate=delegate,
         )
         if not isinstance(decision, policy.Deny):
             path_verdict = check_paths(call.name, call.args, Path(session.root))

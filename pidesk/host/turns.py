@@ -37,6 +37,8 @@ from pidesk.core.events import (
 )
 from pidesk.core.modes import ExecutionState, NotificationKind, SessionStatus, TurnOrigin, TurnReason
 from pidesk.core.records import Block, Draft, Notification
+from pidesk.host.delegates import Delegates
+from pidesk.host.delegates import cancel as cancel_delegates
 from pidesk.host.live import GoalProgress, LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.ids import new_id
@@ -125,6 +127,7 @@ class Turns:
                 assert self.context_factory is not None
                 ctx = self.context_factory(live)
                 end = await run_turn(ctx, self.p.provider)  # type: ignore[arg-type]
+                await Delegates.settle(live, end)  # seed 003 §3 rule 17
         except asyncio.CancelledError:
             if not live.decided:  # cancelled by shutdown, not by abort
                 raise
@@ -180,6 +183,7 @@ class Turns:
                 repo.set_execution_state(db, live.approval_id, ExecutionState.RUNNING, ExecutionState.ABORTED)
             repo.audit(db, "turn.aborted", session_id, live.turn_id, smart=smart, restored=restore)
         self.p.store.faults.hit("abort.after_decision")
+        await cancel_delegates(live)
         if live.task is not None and live.task is not asyncio.current_task():
             live.task.cancel()
             _done, pending = await asyncio.wait({live.task}, timeout=ABORT_GRACE_SECONDS)

@@ -22,6 +22,7 @@ class ModelRequest:
     system: str
     messages: list[Message]
     tools: list[dict[str, Any]]
+    agent: str = "main"  # "main", or the id of a delegate (Task) working inside the turn
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ The script is a JSON file::
     ]}
 
 Each model call of a session takes that session's next response; every session
-replays the script from its start, then whatever a test ``enqueue``d for it.
+replays the script from its start, then whatever a test ``enqueue``d for it. A
+delegate (Task) has its own queue, keyed ``<session id>/<task id>``.
 Past the end the model answers "Done." and ends its turn, so loops always end.
 
 Fields of a response, applied in this order: ``gate`` (wait until a test calls
@@ -80,7 +81,7 @@ class ScriptedProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         self.requests.append(request)
-        sid = request.session_id
+        sid = request.session_id if request.agent == "main" else f"{request.session_id}/{request.agent}"
         self._calls[sid] = self._calls.get(sid, 0) + 1
         queue = self._queues.get(sid)
         if queue is None:

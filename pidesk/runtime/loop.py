@@ -56,6 +56,7 @@ class Nudge:
 class TurnContext(Protocol):
     session_id: str
     turn_id: str
+    agent: str  # "main", or a delegate's task id
 
     @property
     def stop_requested(self) -> bool: ...
@@ -112,7 +113,7 @@ async def run_turn(ctx: TurnContext, provider: Provider) -> TurnEnd:
 async def _stream(ctx: TurnContext, provider: Provider, message_id: str) -> tuple[list[Block], Done]:
     request = ModelRequest(
         session_id=ctx.session_id, turn_id=ctx.turn_id, system=ctx.system_prompt(),
-        messages=ctx.history(), tools=ctx.tool_specs(),
+        messages=ctx.history(), tools=ctx.tool_specs(), agent=ctx.agent,
     )
     text: list[str] = []
     calls: list[ToolCallBlock] = []
