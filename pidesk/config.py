@@ -1,19 +1,39 @@
-"""Configuration as a value, built from an injected environment mapping.
+"""Configuration as a value, built from an injected environment mapping and a TOML file.
 
 This is the only module that reads ``os.environ`` (and only as a default for
-``from_environ``). Precedence: explicit argument > environment > default.
+``from_environ``). Precedence: explicit argument > environment > config file > default.
+
+The config file is ``$PIDESK_CONFIG``, else ``<platform config dir>/pidesk/config.toml``::
+
+    model = "openai/gpt-4.1"          # the default model (else: demo, built in and offline)
+    approval_timeout = 1800           # seconds a submitted plan waits for a decision
+    data_dir = "~/pidesk-data"
+
+    [providers.openai]                # OPENAI_API_KEY / OPENAI_BASE_URL override these
+    base_url = "http://127.0.0.1:11434/v1"   # any OpenAI-compatible server (Ollama, vLLM, …)
+    api_key = "…"
+
+    [providers.anthropic]             # ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL override these
+    api_key = "…"
+
+    [models."openai/gpt-4.1"]
+    context_limit = 1000000           # tokens the model's view may hold before compaction
 """
 
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from pidesk.core.errors import Code, InvalidParams
 from pidesk.faults import Faults
 
 DEFAULT_APPROVAL_TIMEOUT = 1800.0
+DEFAULT_CONTEXT_LIMIT = 128_000
 
 
 @dataclass(frozen=True)
@@ -21,7 +41,7 @@ class HostConfig:
     data_dir: Path
     model: str = "demo"
     approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
-    context_limit: int = 128_000  # tokens the model's view may hold before compaction
+    context_limit: int = DEFAULT_CONTEXT_LIMIT  # tokens the model's view may hold before compaction
     faults: Faults = field(default_factory=Faults)
     # the environment Bash runs with: the host's, less anything that looks like a secret
     tool_env: Mapping[str, str] | None = None
@@ -38,12 +58,25 @@ class HostConfig:
         approval_timeout: float | None = None,
     ) -> HostConfig:
         env = os.environ if environ is None else environ
+        file = _read_config_file(Path(env["PIDESK_CONFIG"]) if env.get("PIDESK_CONFIG") else _default_config_file())
+        providers = file.get("providers", {})
+        secrets = {
+            f"{name.upper()}_{key.upper()}": str(value)
+            for name, settings in providers.items() if isinstance(settings, dict)
+            for key, value in settings.items() if key in ("api_key", "base_url")
+        }
+        secrets.update({k: env[k] for k in _PROVIDER_SETTINGS if env.get(k)})
+        chosen = model or env.get("PIDESK_MODEL") or str(file.get("model", "demo"))
+        limits = file.get("models", {}).get(chosen, {})
+        home = env.get("PIDESK_HOME") or file.get("data_dir") or _default_data_dir()
         return cls(
-            data_dir=data_dir or Path(env.get("PIDESK_HOME") or _default_data_dir()),
-            model=model or env.get("PIDESK_MODEL", "demo"),
-            approval_timeout=approval_timeout or float(env.get("PIDESK_APPROVAL_TIMEOUT", DEFAULT_APPROVAL_TIMEOUT)),
+            data_dir=data_dir or Path(str(home)).expanduser(),
+            model=chosen,
+            approval_timeout=approval_timeout or float(
+                env.get("PIDESK_APPROVAL_TIMEOUT") or file.get("approval_timeout", DEFAULT_APPROVAL_TIMEOUT)),
+            context_limit=int(limits.get("context_limit", DEFAULT_CONTEXT_LIMIT)),
             tool_env=without_secrets(env),
-            secrets={k: env[k] for k in _PROVIDER_SETTINGS if env.get(k)},
+            secrets=secrets,
             faults=Faults(
                 frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
                 env.get("PIDESK_FAULT_ACTION", "kill"),
@@ -58,6 +91,22 @@ _PROVIDER_SETTINGS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", 
 def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment minus provider keys and anything named like a secret (never shown to tools)."""
     return {k: v for k, v in environ.items() if not any(mark in k.upper() for mark in _SECRET_MARKS)}
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidParams(f"cannot read the config file {path}: {exc}", Code.MODEL_NOT_CONFIGURED) from None
+
+
+def _default_config_file() -> Path:
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("pidesk", appauthor=False)) / "config.toml"
 
 
 def _default_data_dir() -> str:

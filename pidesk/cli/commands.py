@@ -7,7 +7,6 @@ embedded one) and prints a table, or the raw result with ``--json``.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Coroutine
 from functools import wraps
 from pathlib import Path
@@ -34,17 +33,12 @@ def rpc_command(group: click.Group, name: str, columns: tuple[str, ...] = (),
 
             from pidesk.cli.connect import connect
             from pidesk.config import HostConfig
-            from pidesk.core.errors import PideskError
 
             async def go() -> Any:
                 async with connect(HostConfig.from_environ(data_dir=data_dir), url, token) as client:
                     return await fn(client, **params)
 
-            try:
-                result = asyncio.run(go())
-            except PideskError as exc:
-                click.echo(f"pidesk: {exc.code}: {exc.message}", err=True)
-                sys.exit(2)
+            result = asyncio.run(go())
             if as_json:
                 click.echo(json.dumps(result, indent=2))
             elif result is not None:

@@ -8,7 +8,23 @@ from pathlib import Path
 import click
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Every PideskError ends a command with its stable code and a message, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        from pidesk.core.errors import PideskError, StartupRefused
+
+        try:
+            return super().invoke(ctx)
+        except StartupRefused as exc:
+            click.echo(f"pidesk: {exc.message}", err=True)
+            sys.exit(2)
+        except PideskError as exc:
+            click.echo(f"pidesk: {exc.code}: {exc.message}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pidesk")
 def main() -> None:
     """pidesk — a local agent host: coding agents in many sessions, one authority over what they may do."""
@@ -30,15 +46,9 @@ def run(project: Path, prompt: str, mode: str, permission_mode: str, model: str 
 
     from pidesk.cli.run import run_unattended
     from pidesk.config import HostConfig
-    from pidesk.core.errors import PideskError
 
     config = HostConfig.from_environ(data_dir=data_dir, model=model)
-    try:
-        code = asyncio.run(run_unattended(config, project.resolve(), prompt, mode, permission_mode, as_json))
-    except PideskError as exc:
-        click.echo(f"pidesk: {exc.code}: {exc.message}", err=True)
-        sys.exit(2)
-    sys.exit(code)
+    sys.exit(asyncio.run(run_unattended(config, project.resolve(), prompt, mode, permission_mode, as_json)))
 
 
 @main.command()
@@ -70,12 +80,11 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
 
     from pidesk.cli.models import make_provider
     from pidesk.config import HostConfig
-    from pidesk.core.errors import PideskError
     from pidesk.server.serve import ServeOptions
     from pidesk.server.serve import serve as run_server
 
     config = HostConfig.from_environ(data_dir=data_dir, model=model, approval_timeout=approval_timeout)
-    if bind not in ("127.0.0.1", "localhost", "::1"):
+    if bind not in ("127.0.0.1", "localhost", "::1") and allow_remote:
         click.echo(f"warning: listening on {bind}: anyone who can reach it and has the token controls "
                    "this machine's agents", err=True)
 
@@ -89,12 +98,8 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
 
             webbrowser.open(page)
 
-    try:
-        asyncio.run(run_server(config, make_provider(config.model, config.secrets),
-                               ServeOptions(bind, port, token, allow_remote), announce))
-    except PideskError as exc:
-        click.echo(f"pidesk: {exc.code}: {exc.message}", err=True)
-        sys.exit(2)
+    asyncio.run(run_server(config, make_provider(config.model, config.secrets),
+                           ServeOptions(bind, port, token, allow_remote), announce))
 
 
 def _add_groups() -> None:
@@ -112,16 +117,11 @@ _add_groups()
 def doctor(data_dir: Path | None) -> None:
     """Check the store's integrity, rebuild the index from the transcripts, report quarantined tails."""
     from pidesk.config import HostConfig
-    from pidesk.core.errors import PideskError
     from pidesk.store import Store
     from pidesk.store.lock import DataDirLock
 
     config = HostConfig.from_environ(data_dir=data_dir)
-    try:
-        lock = DataDirLock(config.data_dir)
-    except PideskError as exc:
-        click.echo(f"pidesk: {exc.message}", err=True)
-        sys.exit(2)
+    lock = DataDirLock(config.data_dir)
     try:
         store = Store(config.data_dir)
         report = store.rebuild_index()
@@ -157,7 +157,6 @@ def chat(project: Path | None, session_id: str | None, data_dir: Path | None, ur
     from pidesk.cli.connect import embedded, running_host
     from pidesk.cli.link import EmbeddedLink, RemoteLink
     from pidesk.config import HostConfig
-    from pidesk.core.errors import PideskError
 
     config = HostConfig.from_environ(data_dir=data_dir, model=model)
     where = str(project.resolve()) if project else None
@@ -172,8 +171,4 @@ def chat(project: Path | None, session_id: str | None, data_dir: Path | None, ur
         async with embedded(config) as host:
             await run_chat(EmbeddedLink(host), where, session_id)
 
-    try:
-        asyncio.run(go())
-    except PideskError as exc:
-        click.echo(f"pidesk: {exc.code}: {exc.message}", err=True)
-        sys.exit(2)
+    asyncio.run(go())

@@ -10,8 +10,9 @@
      │                               PLAN_WORKSPACE_REQUIRED, PLAN_REQUIRES_INTERACTIVE_SESSION, …
      ├── IllegalTransition           a state machine was asked for a move its table forbids
      │                               (a bug in the host, never a user error): INTERNAL
-     └── StoreError                  PERSISTENCE_FAILURE — the store could not commit; nothing changed
-          └── StartupRefused         the store cannot be opened (failed migration, newer schema, lock)
+     ├── StoreError                  PERSISTENCE_FAILURE — the store could not commit; nothing changed
+     └── StartupRefused              the host cannot start (failed migration, newer schema, a second
+                                     host on the data dir, a port or address it may not use)
 
 Tool-level outcomes (``WRITE_DISABLED_IN_PLAN`` …) are not exceptions: they are
 values (``policy.Deny``, tool results with an ``errorCode``) the model can read.
@@ -114,5 +115,5 @@ class StoreError(PideskError):
     default_code = Code.PERSISTENCE_FAILURE
 
 
-class StartupRefused(StoreError):
-    """The data directory cannot be served; the message says what to do."""
+class StartupRefused(PideskError):
+    """The host cannot start; the message says why and what to do. Never a wire error."""

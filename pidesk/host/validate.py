@@ -22,6 +22,8 @@ MAX_TEXT = 1_000_000
 def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
         raise InvalidParams(f"{name} must be a non-empty string")
+    if "\x00" in value:
+        raise InvalidParams(f"{name} must not contain a NUL character")
     if len(value) > MAX_TEXT:
         raise InvalidParams(f"{name} is longer than {MAX_TEXT} characters")
     return value

@@ -45,7 +45,11 @@ def create_app(host: Host, token: str, port: Callable[[], int], extra_hosts: tup
             body += chunk
             if len(body) > rpc.MAX_FRAME:
                 return _json(rpc.too_large(), 413)
-        payload = await rpc.handle_frame(host, bytes(body), client_id=f"http-{new_id('c')}")
+        client_id = f"http-{new_id('c')}"
+        try:
+            payload = await rpc.handle_frame(host, bytes(body), client_id=client_id)
+        finally:
+            host.client_closed(client_id)  # an HTTP request is a connection that ends with its answer
         if payload is None:
             return Response(status_code=204)
         return _json(payload, 200)

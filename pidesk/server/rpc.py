@@ -55,6 +55,8 @@ async def handle_frame(host: Host, raw: bytes | str, client_id: str) -> Any:
         message = _decoder.decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         return error(None, PARSE_ERROR, f"parse error: {exc}")
+    except RecursionError:
+        return error(None, PARSE_ERROR, "parse error: nested too deeply")
     if isinstance(message, list):
         if not message:
             return error(None, INVALID_REQUEST, "an empty batch is not a request")

@@ -59,9 +59,14 @@ async def serve(config: HostConfig, provider: Provider, options: ServeOptions,
 async def _listen(host: Host, config: HostConfig, options: ServeOptions, announce: Callable[[str, str], None]) -> None:
     token = options.token or secrets.token_urlsafe(32)
     family = socket.AF_INET6 if ":" in options.bind else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets it knows are TCP
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((options.bind, options.port))
+    try:
+        sock.bind((options.bind, options.port))
+    except OSError as exc:
+        sock.close()
+        raise StartupRefused(f"cannot listen on {options.bind}:{options.port}: {exc.strerror or exc}") from None
     port = sock.getsockname()[1]
     extra = () if options.bind in LOOPBACK else (options.bind,)
     app = create_app(host, token, lambda: port, extra)

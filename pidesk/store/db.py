@@ -82,8 +82,11 @@ class Database:
         A failed commit raises ``StoreError`` (PERSISTENCE_FAILURE): nothing changed.
         """
         with self._lock:
-            self._set_synchronous("FULL" if durable else "NORMAL")
-            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._set_synchronous("FULL" if durable else "NORMAL")
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"the store could not begin a transaction: {exc}") from exc
             try:
                 yield self.conn
                 self.conn.execute("COMMIT")

@@ -100,9 +100,13 @@ class Store:
         self.transcripts.create(session.id, lines)
         self.faults.hit("session.after_transcript")
         last_seq = messages[-1].seq if messages else 0
-        with self.db.tx() as db:
-            repo.insert_session(db, session, last_seq=last_seq, indexed_bytes=offset)
-            repo.insert_message_rows(db, rows)
+        try:
+            with self.db.tx() as db:
+                repo.insert_session(db, session, last_seq=last_seq, indexed_bytes=offset)
+                repo.insert_message_rows(db, rows)
+        except BaseException:
+            self.transcripts.delete(session.id)  # not acknowledged: boot must not restore it
+            raise
         self._last_seq[session.id] = last_seq
 
     def delete_session(self, session_id: str) -> None:

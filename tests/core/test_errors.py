@@ -114,7 +114,7 @@ def test_every_code_is_a_protocol_string() -> None:
         (Conflict, Code.AGENT_BUSY),
         (IllegalTransition, Code.INTERNAL),
         (StoreError, Code.PERSISTENCE_FAILURE),
-        (StartupRefused, Code.PERSISTENCE_FAILURE),
+        (StartupRefused, Code.INTERNAL),
     ],
     ids=lambda v: v.__name__ if isinstance(v, type) else v.value,
 )
@@ -135,5 +135,5 @@ def test_an_explicit_code_overrides_the_default() -> None:
 def test_the_tree_is_shaped_as_drawn() -> None:
     for cls in (InvalidParams, NotFound, Conflict, IllegalTransition, StoreError):
         assert cls.__bases__ == (PideskError,)
-    assert StartupRefused.__bases__ == (StoreError,)
+    assert StartupRefused.__bases__ == (PideskError,)
     assert issubclass(PideskError, Exception)
