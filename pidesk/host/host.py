@@ -22,7 +22,7 @@ from pidesk import PROTOCOL_VERSION, __version__
 from pidesk.config import HostConfig
 from pidesk.core.errors import Code, Conflict, InvalidParams, NotFound, PideskError
 from pidesk.core.modes import TurnOrigin
-from pidesk.core.records import AttachmentBlock, Block, Draft, Session, TextBlock, Turn
+from pidesk.core.records import Attachment, AttachmentBlock, Block, Draft, Session, TextBlock, Turn
 from pidesk.host import validate
 from pidesk.host.approvals import Approvals
 from pidesk.host.bus import EventBus, Subscription
@@ -41,6 +41,7 @@ from pidesk.providers.base import Provider
 from pidesk.store import Store, repo
 
 DEFAULT_PAGE = 200
+MAX_ATTACHMENT = 10 * 1024 * 1024
 MAX_PAGE = 1000
 
 
@@ -154,6 +155,29 @@ class Host:
         """A connection went away: it no longer makes any session visible."""
         self.parts.live.focus.pop(client_id, None)
 
+    # ---- attachments.put (a pidesk addition: see docs/protocol-notes.md) ----------------
+
+    async def attachments_put(self, name: Any, mime: Any, data: Any, kind: Any = None) -> dict[str, Any]:
+        """Store attachment bytes (base64 in ``data``) by content; returns the Attachment to send."""
+        import base64
+        import binascii
+
+        label = validate.text(name, "name")
+        media = validate.text(mime, "mime")
+        chosen = kind or ("image" if media.startswith("image/") else "file")
+        if chosen not in ("file", "image"):
+            raise InvalidParams("kind must be 'file' or 'image'")
+        if not isinstance(data, str):
+            raise InvalidParams("data must be base64 text")
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidParams("data is not valid base64") from None
+        if len(raw) > MAX_ATTACHMENT:
+            raise InvalidParams(f"an attachment holds at most {MAX_ATTACHMENT} bytes", Code.LIMIT_EXCEEDED)
+        ref = await self.parts.in_thread(self.store.blobs.put, raw)
+        return {"kind": chosen, "name": label, "mime": media, "size": len(raw), "ref": ref}
+
     # ---- agent.* --------------------------------------------------------------------
 
     async def agent_prompt(self, session_id: Any, text: Any, attachments: Any = None, unattended: Any = None, *,
@@ -163,7 +187,7 @@ class Host:
         if unattended is not None and not isinstance(unattended, bool):
             raise InvalidParams("unattended must be true or false")
         body = validate.text(text, "text")
-        files = validate.attachments(attachments)
+        files = self._stored(validate.attachments(attachments))
         if self.parts.is_busy(session.id):
             raise Conflict("the session is running; queue the prompt or wait", Code.AGENT_BUSY)
         if unattended and session.mode.is_contract:
@@ -176,6 +200,16 @@ class Host:
             session.id, content, origin=origin, unattended=bool(unattended), draft=Draft(text=body, attachments=files)
         )
         return {"turnId": turn_id, "messageId": message_id}
+
+    def _stored(self, files: list[Attachment]) -> list[Attachment]:
+        """Every attachment must name bytes the host holds (``attachments.put``), with their true size."""
+        for item in files:
+            path = self.store.blobs.path(item.ref)
+            if path is None:
+                raise InvalidParams(f"attachment {item.name!r}: unknown ref {item.ref!r}; upload it with attachments.put")
+            if path.stat().st_size != item.size:
+                raise InvalidParams(f"attachment {item.name!r}: size {item.size} does not match its bytes")
+        return files
 
     async def agent_steer(self, session_id: Any, turn_id: Any, text: Any) -> dict[str, Any]:
         session = self.parts.session(validate.ident(session_id, "sessionId"))
@@ -310,7 +344,7 @@ METHODS: dict[str, str] = {
         "agent.queue.sendNow",
         "permissions.pending", "permissions.resolve",
         "plans.pending", "plans.list", "plans.get", "plans.resolve",
-        "notifications.list", "notifications.markSeen", "audit.list",
+        "notifications.list", "notifications.markSeen", "audit.list", "attachments.put",
     )
 }
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pidesk.core.errors import NotFound
+from pidesk.core.errors import InvalidParams, NotFound
 from pidesk.core.events import QueueChanged
 from pidesk.core.modes import TurnOrigin
 from pidesk.core.records import AttachmentBlock, Block, Draft, QueueEntry, TextBlock
@@ -31,6 +31,9 @@ class Queue:
         session = self.p.session(validate.ident(session_id, "sessionId"))
         body = validate.text(text, "text")
         files = validate.attachments(attachments)
+        for item in files:
+            if self.p.store.blobs.path(item.ref) is None:
+                raise InvalidParams(f"attachment {item.name!r}: unknown ref {item.ref!r}; upload it with attachments.put")
         with self.p.store.db.tx() as db:
             entry = repo.queue_push(db, session.id, body, files)
         self._publish(session.id)

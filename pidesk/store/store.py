@@ -29,6 +29,7 @@ from pidesk.core.records import Block, Message, Session
 from pidesk.faults import NO_FAULTS, Faults
 from pidesk.ids import new_id, now_iso
 from pidesk.store import repo
+from pidesk.store.blobs import Blobs
 from pidesk.store.db import Database
 from pidesk.store.transcripts import (
     HeaderLine,
@@ -64,6 +65,7 @@ class Store:
         self.db = Database(data_dir / "index.db", faults)
         self.schema_version = self.db.migrate()
         self.transcripts = Transcripts(data_dir / "transcripts")
+        self.blobs = Blobs(data_dir / "blobs")
         self._session_locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._last_seq: dict[str, int] = {}

@@ -199,6 +199,8 @@ async def user_message(c: Child) -> None:
     await host.close()
     ack(session=s["id"], first=first)
     host = c.open()
+    await host.call("attachments.put", {"name": ATTACHMENT["name"], "mime": ATTACHMENT["mime"],
+                                        "data": ATTACHMENT["data"]})
     await host.call("agent.prompt", {"sessionId": s["id"], "text": "second, with a screenshot",
                                      "attachments": [ATTACHMENT]})
 

@@ -9,6 +9,9 @@ with the helpers here.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+
 import hashlib
 import json
 import os
@@ -29,8 +32,10 @@ CHILD_TIMEOUT = 20.0  # generous; a child that reaches its point dies in well un
 
 PLAN_MARKDOWN = "# Plan  \n\n1. Write NOTES.md\n2. Say \u201cdone\u201d \u2014 \u00fcn\u00efcode, trailing spaces  \n\n"
 GOAL_CRITERIA = ["NOTES.md exists", "README.md is unchanged"]
-ATTACHMENT: dict[str, Any] = {"kind": "image", "name": "shot.png", "mime": "image/png", "size": 8,
-              "ref": "sha256:3a5f0c1e9b7d", "data": "iVBORw0KGgoAAAANSUhEUg=="}
+_PNG = "iVBORw0KGgoAAAANSUhEUg=="
+ATTACHMENT: dict[str, Any] = {"kind": "image", "name": "shot.png", "mime": "image/png",
+                              "size": len(base64.b64decode(_PNG)),
+                              "ref": "sha256:" + hashlib.sha256(base64.b64decode(_PNG)).hexdigest(), "data": _PNG}
 """An image attachment as a client sends it, with a transient base64 ``data`` field that must never persist."""
 
 

@@ -65,6 +65,10 @@ CASES: list[tuple[str, dict, str]] = [
     ("notifications.markSeen", {"sessionId": UNKNOWN}, "NOT_FOUND"),
     ("audit.list", {"sessionId": UNKNOWN}, "NOT_FOUND"),
     ("audit.list", {"limit": "ten"}, "INVALID_PARAMS"),
+    ("attachments.put", {"name": "a", "mime": "text/plain", "data": "not base64!"}, "INVALID_PARAMS"),
+    ("attachments.put", {"name": "a", "mime": "text/plain", "data": "YQ==", "kind": "video"}, "INVALID_PARAMS"),
+    ("agent.prompt", {"sessionId": "{sid}", "text": "hi", "attachments": [
+        {"kind": "file", "name": "a", "mime": "text/plain", "size": 1, "ref": "sha256:" + "0" * 64}]}, "INVALID_PARAMS"),
     ("no.such.method", {}, "METHOD_NOT_FOUND"),
 ]
 

@@ -224,3 +224,23 @@ async def test_compaction_fits_the_view_into_the_model_limit(make_host, provider
     seen = provider.requests[-1].messages
     assert "compacted" in seen[0].text() and seen[-1].text() == "question 5"
     assert len((await state(host, s["id"]))["messages"]) == 12
+
+
+async def test_attachments_are_stored_by_content_and_referenced_never_inlined(host, provider, project):
+    import base64
+
+    s = await session(host, project)
+    sub = host.subscribe()
+    data = base64.b64encode(b"\x89PNG fake image bytes").decode()
+    uploaded = await host.call("attachments.put", {"name": "shot.png", "mime": "image/png", "data": data})
+    assert uploaded["kind"] == "image" and uploaded["ref"].startswith("sha256:")
+    again = await host.call("attachments.put", {"name": "copy.png", "mime": "image/png", "data": data})
+    assert again["ref"] == uploaded["ref"]  # content-addressed
+    provider.enqueue(s["id"], {"text": "nice picture"})
+    await ended(sub, (await host.call("agent.prompt", {"sessionId": s["id"], "text": "look",
+                                                       "attachments": [uploaded]}))["turnId"])
+    first = (await state(host, s["id"]))["messages"][0]
+    assert first["content"][1] == {"type": "attachment", **uploaded}
+    transcript = host.store.transcripts.path(s["id"]).read_bytes()
+    assert data.encode() not in transcript and b"fake image bytes" not in transcript
+    assert host.store.blobs.get(uploaded["ref"]) == b"\x89PNG fake image bytes"

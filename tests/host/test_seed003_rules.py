@@ -77,7 +77,8 @@ async def test_rule04_smart_stop_restores_the_draft_before_output_and_keeps_part
     s = await session(host, project)
     sid = s["id"]
     provider.enqueue(sid, {"gate": "before"}, {"gateAfter": "after", "text": "partial answer"})
-    attachment = {"kind": "file", "name": "notes.txt", "mime": "text/plain", "size": 12, "ref": "sha256:abc"}
+    attachment = await host.call("attachments.put", {"name": "notes.txt", "mime": "text/plain",
+                                                     "data": "bm90ZXMgb24gd29yaw=="})
     await host.call("agent.prompt", {"sessionId": sid, "text": "draft text", "attachments": [attachment]})
     await provider.wait_reached("before")
     aborted = await host.call("agent.abort", {"sessionId": sid, "smart": True})

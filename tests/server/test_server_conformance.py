@@ -211,9 +211,10 @@ async def test_session_methods_objects_and_a_completed_turn(served):
     provider.enqueue(s["id"], {"text": "Looking at the readme.", "toolCalls": [{"name": "Read", "args": {"path": "README.md"}}],
                                "usage": {"inputTokens": 11, "outputTokens": 3}},
                      {"text": "All done."})
-    started = await c.call("agent.prompt", {"sessionId": s["id"], "text": "read it",
-                                            "attachments": [{"kind": "file", "name": "a.txt", "mime": "text/plain",
-                                                             "size": 3, "ref": "blob:1"}]})
+    uploaded = await c.call("attachments.put", {"name": "a.txt", "mime": "text/plain", "data": "YWJj"})
+    assert uploaded == {"kind": "file", "name": "a.txt", "mime": "text/plain", "size": 3,
+                        "ref": "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}
+    started = await c.call("agent.prompt", {"sessionId": s["id"], "text": "read it", "attachments": [uploaded]})
     assert set(started) == {"turnId", "messageId"}
     assert (await c.event("turn.started", lambda e: e["turnId"] == started["turnId"]))["origin"] == "interactive"
     end = await c.turn_ended(started["turnId"])

@@ -1,0 +1,45 @@
+"""Attachment bytes, content-addressed: ``<data_dir>/blobs/<sha256>``, written once.
+
+Messages reference an attachment by ``ref`` (``sha256:<hex>``) with its kind,
+name, MIME type and size; transcripts never hold the bytes or any base64 of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from pidesk.store.transcripts import fsync_dir
+
+PREFIX = "sha256:"
+
+
+class Blobs:
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def put(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.dir / digest
+        if not path.exists():
+            temp = self.dir / f".{digest}.tmp"
+            with open(temp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temp, path)
+            fsync_dir(self.dir)
+        return PREFIX + digest
+
+    def path(self, ref: str) -> Path | None:
+        digest = ref[len(PREFIX):] if ref.startswith(PREFIX) else ""
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            return None
+        path = self.dir / digest
+        return path if path.exists() else None
+
+    def get(self, ref: str) -> bytes | None:
+        path = self.path(ref)
+        return path.read_bytes() if path else None
