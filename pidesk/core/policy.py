@@ -193,7 +193,7 @@ def batch_is_exclusive_violation(tool_names: list[str]) -> bool:
 
 # Tools this version implements; the rest of BUILTIN_TOOLS arrive with the runtime issue.
 IMPLEMENTED_TOOLS: Final[tuple[str, ...]] = (
-    "Read", "Glob", "Grep", "Write", "Edit", "Bash",
+    "Read", "Glob", "Grep", "Write", "Edit", "Bash", "BrowserPreview",
     "EnterPlanMode", "EnterGoalMode", "SubmitPlan", "SubmitGoal", "ReportCriteria", "NewContext",
     "Task", "TaskWait",
 )

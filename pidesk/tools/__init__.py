@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pidesk.tools.base import Tool, ToolFailure, ToolResult, run_tool
 from pidesk.tools.bash import make_bash_tool
+from pidesk.tools.browser import make_browser_preview_tool
 from pidesk.tools.files import (
     make_edit_tool,
     make_glob_tool,
@@ -50,4 +51,5 @@ def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None) ->
         "Write": make_write_tool(root),
         "Edit": make_edit_tool(root),
         "Bash": make_bash_tool(root, env=env),
+        "BrowserPreview": make_browser_preview_tool(root),
     }

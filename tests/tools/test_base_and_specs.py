@@ -51,7 +51,7 @@ def test_report_criteria_outcomes() -> None:
 
 
 def test_workspace_tools_by_protocol_name(root: Path) -> None:
-    assert list(make_workspace_tools(root)) == ["Read", "Glob", "Grep", "Write", "Edit", "Bash"]
+    assert list(make_workspace_tools(root)) == ["Read", "Glob", "Grep", "Write", "Edit", "Bash", "BrowserPreview"]
 
 
 def test_tool_result_error_carries_the_code_string() -> None:

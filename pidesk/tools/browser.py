@@ -1,0 +1,155 @@
+"""BrowserPreview: look at a page the agent is building, read-only, in every mode.
+
+Only two kinds of URL are accepted: ``http(s)`` on a loopback address
+(127.0.0.0/8, ``localhost``, ``::1``) and ``file:`` URLs (or plain paths) that
+resolve inside the session root (secrets refused). With a Chromium on the
+machine the page is rendered headless — its title, visible text and a
+screenshot path come back; without one, the body is fetched (or read) and its
+title and text extracted. Nothing is written inside the root: screenshots go to
+a temporary directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from pidesk.core.errors import Code
+from pidesk.tools.base import Tool, ToolFailure, ToolResult
+from pidesk.tools.workspace import resolve_for_read
+
+MAX_TEXT = 20_000
+FETCH_TIMEOUT = 10.0
+CHROMIUM_TIMEOUT = 30.0
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
+
+
+def make_browser_preview_tool(root: Path, *, chromium: str | None = None) -> Tool:
+    browser = chromium if chromium is not None else (shutil.which("chromium") or shutil.which("chromium-browser"))
+
+    async def tool(args: dict[str, Any]) -> ToolResult:
+        raw = args.get("url")
+        if not isinstance(raw, str) or not raw:
+            raise ToolFailure(Code.INVALID_ARGUMENTS, "url must be a loopback http(s) URL or a file in the workspace")
+        target = _target(root, raw)
+        if browser:
+            html, shot = await _render(browser, target)
+        else:
+            html, shot = await asyncio.to_thread(_fetch, target), None
+        title, text = visible_text(html)
+        cut = f"\n[{len(text) - MAX_TEXT} more characters cut]" if len(text) > MAX_TEXT else ""
+        lines = [f"Title: {title or '(none)'}", f"URL: {target}"]
+        if shot:
+            lines.append(f"Screenshot: {shot}")
+        return ToolResult(ok=True, output="\n".join(lines) + "\n\n" + text[:MAX_TEXT] + cut)
+
+    return tool
+
+
+def _target(root: Path, raw: str) -> str:
+    url = urlsplit(raw)
+    if url.scheme in ("http", "https"):
+        host = (url.hostname or "").lower()
+        if host != "localhost":
+            try:
+                loopback = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loopback = False
+            if not loopback:
+                raise ToolFailure(Code.PATH_OUTSIDE_WORKSPACE,
+                                  f"{raw}: BrowserPreview opens loopback URLs and workspace files only")
+        return raw
+    if url.scheme in ("file", ""):
+        path, _rel = resolve_for_read(root, unquote(url.path) if url.scheme == "file" else raw)
+        if not path.is_file():
+            raise ToolFailure(Code.FILE_NOT_FOUND, f"{raw} is not a file in the workspace")
+        return path.as_uri()
+    raise ToolFailure(Code.INVALID_ARGUMENTS, f"{raw}: only http(s) on loopback and file URLs are supported")
+
+
+def _fetch(target: str) -> str:
+    if target.startswith("file:"):
+        return Path(unquote(urlsplit(target).path)).read_text(errors="replace")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+    try:
+        with opener.open(target, timeout=FETCH_TIMEOUT) as response:
+            charset = str(response.headers.get_content_charset() or "utf-8")
+            body: bytes = response.read(2_000_000)
+            return body.decode(charset, "replace")
+    except urllib.error.HTTPError as exc:
+        error_body: bytes = exc.read(2_000_000)
+        return error_body.decode("utf-8", "replace")
+    except OSError as exc:
+        raise ToolFailure(None, f"could not load {target}: {exc}") from None
+
+
+async def _render(browser: str, target: str) -> tuple[str, str]:
+    shots = Path(tempfile.mkdtemp(prefix="pidesk-preview-"))
+    shot = shots / "screenshot.png"
+    profile = shots / "profile"
+    common = (*CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1280,800")
+    dom = await _run(browser, *common, "--dump-dom", target)
+    await _run(browser, *common, f"--screenshot={shot}", target)
+    return dom, str(shot) if shot.exists() else ""
+
+
+async def _run(*argv: str) -> str:
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), CHROMIUM_TIMEOUT)
+    except (asyncio.CancelledError, TimeoutError):
+        process.kill()
+        await process.wait()
+        raise
+    return out.decode("utf-8", "replace")
+
+
+class _Text(HTMLParser):
+    SKIP = {"script", "style", "noscript", "template", "head"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.title = ""
+        self.parts: list[str] = []
+        self._skipping = 0
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title":
+            self._in_title = True
+        elif tag in self.SKIP:
+            self._skipping += 1
+        elif tag in ("p", "div", "br", "li", "h1", "h2", "h3", "h4", "tr", "section", "article"):
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+        elif tag in self.SKIP and self._skipping:
+            self._skipping -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title += data
+        elif not self._skipping:
+            self.parts.append(data)
+
+
+def visible_text(html: str) -> tuple[str, str]:
+    parser = _Text()
+    parser.feed(html)
+    lines = (" ".join(line.split()) for line in "".join(parser.parts).splitlines())
+    return parser.title.strip(), "\n".join(line for line in lines if line)
+
+
+__all__ = ["make_browser_preview_tool", "visible_text"]

@@ -1,0 +1,81 @@
+"""BrowserPreview: loopback pages and workspace files only, read-only, text extracted."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from pidesk.tools.base import run_tool
+from pidesk.tools.browser import make_browser_preview_tool, visible_text
+
+PAGE = b"<html><head><title>My App</title><style>p{}</style></head><body><h1>Hello</h1><p>World <b>wide</b></p><script>x()</script></body></html>"
+
+
+@pytest.fixture
+def server():
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.end_headers()
+            self.wfile.write(PAGE)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+
+
+def test_visible_text_drops_scripts_styles_and_tags():
+    assert visible_text(PAGE.decode()) == ("My App", "Hello\nWorld wide")
+
+
+@pytest.mark.asyncio
+async def test_a_loopback_page_is_read_without_a_browser(tmp_path, server):
+    tool = make_browser_preview_tool(tmp_path, chromium="")
+    result = await tool({"url": server})
+    assert result.ok and "Title: My App" in result.output and "World wide" in result.output
+    assert "x()" not in result.output
+    assert list(tmp_path.iterdir()) == []  # read-only: nothing written in the root
+
+
+@pytest.mark.asyncio
+async def test_a_workspace_file_is_read_and_secrets_and_outside_files_are_refused(tmp_path):
+    (tmp_path / "index.html").write_bytes(PAGE)
+    (tmp_path / ".env").write_text("KEY=1")
+    tool = make_browser_preview_tool(tmp_path, chromium="")
+    assert "My App" in (await tool({"url": "index.html"})).output
+    assert "My App" in (await tool({"url": (tmp_path / "index.html").as_uri()})).output
+    assert (await run_tool(tool, {"url": ".env"})).error_code == "WORKSPACE_PATH_DENIED"
+    assert (await run_tool(tool, {"url": "file:///etc/passwd"})).error_code == "PATH_OUTSIDE_WORKSPACE"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("url", ["http://example.com/", "http://10.0.0.1/", "https://192.168.1.1/x",
+                                 "ftp://127.0.0.1/", "javascript:alert(1)"])
+async def test_anything_but_loopback_or_workspace_files_is_refused(tmp_path, url):
+    result = await run_tool(make_browser_preview_tool(tmp_path, chromium=""), {"url": url})
+    assert not result.ok and result.error_code in ("PATH_OUTSIDE_WORKSPACE", "INVALID_ARGUMENTS")
+
+
+@pytest.mark.asyncio
+async def test_with_chromium_the_page_is_rendered_with_a_screenshot(tmp_path, server):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        import os
+
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must have Chromium: .ci/run installs the Debian package chromium")
+        pytest.skip("Chromium is not installed: `apt-get install chromium` to run this test")
+    result = await make_browser_preview_tool(tmp_path, chromium=browser)({"url": server})
+    assert result.ok and "Title: My App" in result.output
+    shot = next(line.split(": ", 1)[1] for line in result.output.splitlines() if line.startswith("Screenshot: "))
+    assert Path(shot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
