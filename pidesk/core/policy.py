@@ -101,6 +101,7 @@ Decision = Allow | Ask | Deny
 
 ALLOW: Final = Allow()
 ASK: Final = Ask()
+_DENY: Final[dict[Code, Deny]] = {code: Deny(code) for code in Code}  # decisions are shared values
 
 
 def classify(tool: str, plugin_risk: PluginRisk | None = None) -> ToolKind:
@@ -129,9 +130,9 @@ def decide(
     """
     kind = classify(tool, plugin_risk)
     if kind is ToolKind.UNKNOWN:
-        return Deny(Code.TOOL_NOT_FOUND)
+        return _DENY[Code.TOOL_NOT_FOUND]
     if delegate and tool in DELEGATE_FORBIDDEN:
-        return Deny(Code.TOOL_DISABLED_IN_PLAN if mode.is_contract else Code.TOOL_NOT_FOUND)
+        return _DENY[Code.TOOL_DISABLED_IN_PLAN if mode.is_contract else Code.TOOL_NOT_FOUND]
     if mode.is_contract:
         return _decide_contract(mode, permission_mode, kind)
     return _decide_agent(permission_mode, kind, plugin_risk, granted, temporary)
@@ -144,19 +145,19 @@ def _decide_contract(mode: Mode, permission_mode: PermissionMode, kind: ToolKind
         case ToolKind.BASH:
             return ALLOW if permission_mode is PermissionMode.AUTO else ASK
         case ToolKind.WRITE:
-            return Deny(Code.WRITE_DISABLED_IN_PLAN)
+            return _DENY[Code.WRITE_DISABLED_IN_PLAN]
         case ToolKind.EDIT:
-            return Deny(Code.EDIT_DISABLED_IN_PLAN)
+            return _DENY[Code.EDIT_DISABLED_IN_PLAN]
         case ToolKind.PLUGIN:
-            return Deny(Code.PLUGIN_DISABLED_IN_PLAN)
+            return _DENY[Code.PLUGIN_DISABLED_IN_PLAN]
         case ToolKind.ENTER_PLAN | ToolKind.ENTER_GOAL:
-            return Deny(Code.PLAN_ALREADY_ACTIVE)
+            return _DENY[Code.PLAN_ALREADY_ACTIVE]
         case ToolKind.SUBMIT_PLAN:
-            return ALLOW if mode is Mode.PLAN else Deny(Code.PLAN_KIND_MISMATCH)
+            return ALLOW if mode is Mode.PLAN else _DENY[Code.PLAN_KIND_MISMATCH]
         case ToolKind.SUBMIT_GOAL:
-            return ALLOW if mode is Mode.GOAL else Deny(Code.PLAN_KIND_MISMATCH)
+            return ALLOW if mode is Mode.GOAL else _DENY[Code.PLAN_KIND_MISMATCH]
         case _:
-            return Deny(Code.TOOL_DISABLED_IN_PLAN)
+            return _DENY[Code.TOOL_DISABLED_IN_PLAN]
 
 
 def _decide_agent(
@@ -181,9 +182,9 @@ def _decide_agent(
         case ToolKind.BASH:
             return ALLOW if permission_mode is PermissionMode.AUTO or granted else ASK
         case ToolKind.ENTER_PLAN | ToolKind.ENTER_GOAL:
-            return Deny(Code.PLAN_WORKSPACE_REQUIRED) if temporary else ALLOW
+            return _DENY[Code.PLAN_WORKSPACE_REQUIRED] if temporary else ALLOW
         case _:  # SubmitPlan / SubmitGoal outside a contract mode
-            return Deny(Code.PLAN_NOT_ACTIVE)
+            return _DENY[Code.PLAN_NOT_ACTIVE]
 
 
 def batch_is_exclusive_violation(tool_names: list[str]) -> bool:

@@ -119,13 +119,14 @@ class Host:
             raise InvalidParams("beforeSeq must be an integer")
         count = validate.positive_int(limit, "limit", DEFAULT_PAGE, MAX_PAGE)
         messages, has_more = self.store.page(session.id, before_seq, count)
-        pending = self.approvals.pending(session.id)
-        return {
-            "session": session, "messages": messages, "hasMore": has_more,
-            "queue": self.queue.list(session.id),
-            "pendingApproval": pending[0] if pending else None,
-            "pendingPermissions": self.permissions.pending(session.id),
-        }
+        with self.store.db.read() as db:
+            pending = repo.approvals(db, session_id=session.id, pending=True)
+            return {
+                "session": session, "messages": messages, "hasMore": has_more,
+                "queue": repo.queue_entries(db, session.id),
+                "pendingApproval": pending[0] if pending else None,
+                "pendingPermissions": repo.pending_requests(db, session.id),
+            }
 
     async def session_turns(self, session_id: Any, limit: Any = None) -> dict[str, list[Turn]]:
         session = self.parts.session(validate.ident(session_id, "sessionId"))

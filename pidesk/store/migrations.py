@@ -188,3 +188,16 @@ def m004_turn_queue_entry(db: sqlite3.Connection) -> None:
     """The queue entry a turn is consuming, so a crash between its start and its prompt's
     line can neither lose the entry nor run it twice (recovery decides from the transcript)."""
     db.execute("ALTER TABLE turns ADD COLUMN queue_entry TEXT")
+
+
+@migration
+def m005_session_usage(db: sqlite3.Connection) -> None:
+    """Usage counters on the session row, so reading a session does not sum its turns."""
+    for column in ("input_tokens", "output_tokens", "cache_tokens"):
+        db.execute(f"ALTER TABLE sessions ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+    db.execute(
+        "UPDATE sessions SET"
+        " input_tokens = (SELECT coalesce(sum(input_tokens), 0) FROM turns WHERE session_id = sessions.id),"
+        " output_tokens = (SELECT coalesce(sum(output_tokens), 0) FROM turns WHERE session_id = sessions.id),"
+        " cache_tokens = (SELECT coalesce(sum(cache_tokens), 0) FROM turns WHERE session_id = sessions.id)"
+    )

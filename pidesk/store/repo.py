@@ -50,8 +50,7 @@ _SESSION_COLS = (
     "s.id, s.title, s.project_path, s.root, s.mode, s.permission_mode, s.status, "
     "s.current_turn_id, s.forked_from, s.forked_through, s.created_at, s.updated_at, "
     "EXISTS (SELECT 1 FROM plan_approvals a WHERE a.session_id = s.id AND a.status = 'pending'), "
-    "(SELECT coalesce(sum(t.input_tokens), 0) || ',' || coalesce(sum(t.output_tokens), 0) || ',' ||"
-    " coalesce(sum(t.cache_tokens), 0) FROM turns t WHERE t.session_id = s.id)"
+    "s.input_tokens, s.output_tokens, s.cache_tokens"
 )
 
 
@@ -70,8 +69,7 @@ def _session(row: Row) -> Session:
         forked_from=ForkedFrom(session_id=row[8], through_message_id=row[9]) if row[8] else None,
         created_at=row[10],
         updated_at=row[11],
-        usage=Usage(**dict(zip(("input_tokens", "output_tokens", "cache_tokens"),
-                               map(int, row[13].split(",")), strict=True))),
+        usage=Usage(input_tokens=row[13], output_tokens=row[14], cache_tokens=row[15]),
     )
 
 
@@ -261,10 +259,17 @@ def end_turn_row(db: sqlite3.Connection, turn_id: str, reason: TurnReason, error
 
 
 def add_usage(db: sqlite3.Connection, turn_id: str, usage: Usage) -> None:
+    """Count tokens on the turn and on its session, in the caller's transaction."""
+    counts = (usage.input_tokens, usage.output_tokens, usage.cache_tokens)
     db.execute(
         "UPDATE turns SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
         " cache_tokens = cache_tokens + ? WHERE id = ?",
-        (usage.input_tokens, usage.output_tokens, usage.cache_tokens, turn_id),
+        (*counts, turn_id),
+    )
+    db.execute(
+        "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+        " cache_tokens = cache_tokens + ? WHERE id = (SELECT session_id FROM turns WHERE id = ?)",
+        (*counts, turn_id),
     )
 
 

@@ -7,11 +7,11 @@ Layout of a data directory::
     scratch/<session>/           the working root of a temporary (project-less) session
 
 Message persistence is two-step (seed 003 §4): the transcript line is appended
-and fsynced, then its index row is committed. Index rows of concurrent appends
-are group-committed: whichever appender finds no commit in flight becomes the
-leader and commits every row queued so far in one transaction, the others wait
-for it. A crash between the two steps leaves a line past the session's indexed
-watermark — the outbox — which ``reconcile`` indexes at boot.
+and fsynced, then its index row is committed. Index rows are written behind:
+they queue in memory and commit in batches of ``INDEX_BATCH``, and always
+before anything reads the message index (``flush``), so every read sees every
+acknowledged message. A crash between the two steps leaves lines past the
+session's indexed watermark — the outbox — which ``reconcile`` indexes at boot.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from pidesk.store.transcripts import (
 )
 
 IndexRow = tuple[str, str, str | None, int, str, int, int, str]
+INDEX_BATCH = 32
 
 
 @dataclass
@@ -66,19 +67,18 @@ class Store:
         self.schema_version = self.db.migrate()
         self.transcripts = Transcripts(data_dir / "transcripts")
         self.blobs = Blobs(data_dir / "blobs")
-        self._session_locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
         self._last_seq: dict[str, int] = {}
-        # group commit of message index rows
-        self._cv = threading.Condition()
+        # message index rows written behind their fsynced transcript lines
+        self._pending_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
         self._pending: list[tuple[IndexRow, int]] = []
-        self._enqueued = 0
-        self._committed = 0
-        self._leader = False
-        self._failed: list[tuple[int, int, BaseException]] = []
 
     def close(self) -> None:
-        self.db.close()
+        try:
+            self.flush()
+        finally:
+            self.transcripts.close()
+            self.db.close()
 
     def scratch_root(self, session_id: str) -> Path:
         return self.data_dir / "scratch" / session_id
@@ -114,7 +114,9 @@ class Store:
     def delete_session(self, session_id: str) -> None:
         """Rename the transcript aside, drop the rows, then unlink: a crash anywhere
         leaves either the whole session or a delete that boot finishes."""
-        with self._session_lock(session_id):
+        self.flush()
+        with self.transcripts.lock(session_id):
+            self.transcripts.forget(session_id)
             path = self.transcripts.path(session_id)
             tomb = path.with_suffix(".jsonl.deleted")
             if path.exists():
@@ -131,11 +133,11 @@ class Store:
     def append_message(
         self, session_id: str, turn_id: str | None, role: str, content: list[Block], message_id: str | None = None
     ) -> Message:
-        """Persist one message: transcript line fsynced, then its index row committed.
+        """Persist one message: its transcript line fsynced, its index row queued behind it.
 
         Thread-safe; calls for different sessions proceed in parallel and share commits.
         """
-        with self._session_lock(session_id):
+        with self.transcripts.lock(session_id):
             seq = self._next_seq(session_id)
             message = Message(
                 id=message_id or new_id("m"), session_id=session_id, turn_id=turn_id, seq=seq, role=role,
@@ -153,6 +155,7 @@ class Store:
 
     def page(self, session_id: str, before_seq: int | None, limit: int) -> tuple[list[Message], bool]:
         """The newest ``limit`` messages with seq < ``before_seq`` (ascending) and whether older exist."""
+        self.flush()
         with self.db.read() as db:
             rows = repo.message_page(db, session_id, before_seq, limit + 1)
         has_more = len(rows) > limit
@@ -177,6 +180,7 @@ class Store:
         return out
 
     def message_seq(self, session_id: str, message_id: str) -> int | None:
+        self.flush()
         with self.db.read() as db:
             location = repo.message_location(db, session_id, message_id)
         return location[0] if location else None
@@ -188,49 +192,47 @@ class Store:
         the same transaction as ``before_commit``'s changes (the turn's terminal
         update); boot drops index rows past a transcript's end.
         """
-        with self._session_lock(session_id):
+        self.flush()
+        with self.transcripts.lock(session_id):
             with self.db.read() as db:
                 location = repo.message_location(db, session_id, message_id)
             if location is None:
                 raise StoreError(f"message {message_id} is not indexed")
             seq, offset, _length = location
-            self.transcripts.truncate(session_id, offset)
+            self.transcripts.truncate(session_id, offset)  # closes the open handle first
             self.faults.hit("smartstop.after_truncate")
             with self.db.tx() as db:
                 repo.delete_messages_from(db, session_id, seq, offset)
                 before_commit(db)
             self._last_seq[session_id] = seq - 1
 
-    # ---- group commit -----------------------------------------------------------------
+    # ---- write-behind index ---------------------------------------------------------------
 
     def _index(self, row: IndexRow, end: int) -> None:
-        with self._cv:
-            self._enqueued += 1
-            ticket = self._enqueued
+        """Queue a message's index row; commit a full batch at once, the rest before the next read.
+
+        The row's transcript line is already fsynced: a crash that loses queued rows loses
+        nothing, because boot indexes every line past a session's watermark.
+        """
+        with self._pending_lock:
             self._pending.append((row, end))
-            while self._committed < ticket:
-                if self._leader:
-                    self._cv.wait()
-                    continue
-                self._leader = True
+            full = len(self._pending) >= INDEX_BATCH
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit every queued index row (called before anything reads the message index)."""
+        with self._flush_lock:
+            with self._pending_lock:
                 batch, self._pending = self._pending, []
-                low, high = self._committed + 1, self._enqueued
-                self._cv.release()
-                error: BaseException | None = None
-                try:
-                    self._commit_rows(batch)
-                except BaseException as exc:  # every waiter of this batch must hear of it
-                    error = exc
-                finally:
-                    self._cv.acquire()
-                    self._leader = False
-                    self._committed = high
-                    if error is not None:
-                        self._failed = [*self._failed[-15:], (low, high, error)]
-                    self._cv.notify_all()
-            for low, high, exc in self._failed:
-                if low <= ticket <= high:
-                    raise StoreError(f"the message index could not commit: {exc}") from exc
+            if not batch:
+                return
+            try:
+                self._commit_rows(batch)
+            except BaseException as exc:
+                with self._pending_lock:
+                    self._pending[:0] = batch  # keep them for the next flush; boot has them anyway
+                raise StoreError(f"the message index could not commit: {exc}") from exc
 
     def _commit_rows(self, batch: list[tuple[IndexRow, int]]) -> None:
         marks: dict[str, tuple[int, int]] = {}
@@ -241,13 +243,6 @@ class Store:
             repo.insert_message_rows(db, [row for row, _ in batch])
             for session_id, (seq, end) in marks.items():
                 repo.advance_watermark(db, session_id, seq, end)
-
-    def _session_lock(self, session_id: str) -> threading.Lock:
-        with self._locks_guard:
-            lock = self._session_locks.get(session_id)
-            if lock is None:
-                lock = self._session_locks[session_id] = threading.Lock()
-            return lock
 
     def _next_seq(self, session_id: str) -> int:
         last = self._last_seq.get(session_id)
@@ -270,6 +265,7 @@ class Store:
         - index rows past the transcript's end: drop them (a cut that crashed midway);
         - a torn or undecodable tail: move it to a quarantine file and report it.
         """
+        self.flush()
         report = BootReport()
         for stale in self.transcripts.dir.glob("*.jsonl.tmp"):  # a create that never reached its rename
             stale.unlink()
@@ -292,6 +288,7 @@ class Store:
 
     def rebuild_index(self) -> DoctorReport:
         """Check the index's integrity and rebuild every message row from the transcripts."""
+        self.flush()
         with self.db.read() as db:
             integrity = "; ".join(r[0] for r in db.execute("PRAGMA integrity_check"))
             known = set(repo.session_watermarks(db))

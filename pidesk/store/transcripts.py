@@ -11,6 +11,7 @@ and a torn or garbage tail is moved whole to a quarantine file (never dropped).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,9 +74,21 @@ class Scan:
 
 
 class Transcripts:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, max_open: int = 256) -> None:
         self.dir = directory
         directory.mkdir(parents=True, exist_ok=True)
+        self._open: dict[str, int] = {}  # session id -> an O_APPEND descriptor, kept between appends
+        self._open_lock = threading.Lock()
+        self._max_open = max_open
+        self._locks: dict[str, threading.Lock] = {}
+
+    def lock(self, session_id: str) -> threading.Lock:
+        """The lock that serialises one session's appends and cuts (and guards its kept handle)."""
+        with self._open_lock:
+            lock = self._locks.get(session_id)
+            if lock is None:
+                lock = self._locks[session_id] = threading.Lock()
+            return lock
 
     def path(self, session_id: str) -> Path:
         return self.dir / f"{session_id}.jsonl"
@@ -93,6 +106,7 @@ class Transcripts:
 
     def create(self, session_id: str, lines: list[bytes]) -> None:
         """Write a new transcript whole (temp file, fsync, rename, fsync dir)."""
+        self.forget(session_id)
         target = self.path(session_id)
         temp = target.with_suffix(".jsonl.tmp")
         with open(temp, "wb") as f:
@@ -103,17 +117,50 @@ class Transcripts:
         fsync_dir(self.dir)
 
     def append(self, session_id: str, data: bytes) -> int:
-        """Append bytes and fsync them; return the offset they start at."""
-        fd = os.open(self.path(session_id), os.O_WRONLY | os.O_APPEND)
-        try:
-            offset = os.lseek(fd, 0, os.SEEK_END)
-            written = os.write(fd, data)
-            while written < len(data):
-                written += os.write(fd, data[written:])
-            _sync(fd)
-            return offset
-        finally:
+        """Append bytes and fsync them; return the offset they start at.
+
+        The caller serialises appends to one session (the store's per-session lock).
+        """
+        fd = self._descriptor(session_id)
+        offset = os.lseek(fd, 0, os.SEEK_END)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        _sync(fd)
+        return offset
+
+    def _descriptor(self, session_id: str) -> int:
+        with self._open_lock:
+            fd = self._open.get(session_id)
+            if fd is None:
+                if len(self._open) >= self._max_open:
+                    self._evict_one()
+                fd = self._open[session_id] = os.open(self.path(session_id), os.O_WRONLY | os.O_APPEND)
+            return fd
+
+    def _evict_one(self) -> None:
+        """Close the oldest kept handle whose session is not appending right now (it reopens on demand)."""
+        for victim in list(self._open):
+            lock = self._locks.get(victim)
+            if lock is not None and lock.acquire(blocking=False):
+                try:
+                    os.close(self._open.pop(victim))
+                finally:
+                    lock.release()
+                return
+
+    def forget(self, session_id: str) -> None:
+        """Close the session's kept handle (before its file is cut, replaced or removed)."""
+        with self._open_lock:
+            fd = self._open.pop(session_id, None)
+        if fd is not None:
             os.close(fd)
+
+    def close(self) -> None:
+        with self._open_lock:
+            for fd in self._open.values():
+                os.close(fd)
+            self._open.clear()
 
     def read_range(self, session_id: str, start: int, end: int) -> bytes:
         with open(self.path(session_id), "rb") as f:
@@ -156,6 +203,7 @@ class Transcripts:
         return target
 
     def truncate(self, session_id: str, size: int) -> None:
+        self.forget(session_id)
         fd = os.open(self.path(session_id), os.O_WRONLY)
         try:
             os.ftruncate(fd, size)
@@ -164,6 +212,7 @@ class Transcripts:
             os.close(fd)
 
     def delete(self, session_id: str) -> None:
+        self.forget(session_id)
         try:
             os.unlink(self.path(session_id))
         except FileNotFoundError:

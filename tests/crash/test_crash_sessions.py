@@ -108,7 +108,7 @@ async def test_seed003_s4_agent_entered_plan_mode_survives_a_crash_before_its_to
     assert (got["session"]["mode"], got["session"]["planState"]) == ("plan", "planning")
     details = [json.loads(d) for (d,) in rows(host, "SELECT detail FROM audit WHERE action = 'mode.changed'")]
     assert details == [{"cause": "agent", "frm": "agent", "to": "plan"}]
-    assert host.recovery.boot.indexed_from_outbox == 1
+    assert host.recovery.boot.indexed_from_outbox >= 1  # the killed line, and any rows still written behind
     assert [m["role"] for m in got["messages"]] == ["user", "assistant", "tool"]
     assert got["messages"][2]["content"][0]["name"] == "EnterPlanMode"
     assert_fail_closed(host, provider)
