@@ -43,8 +43,10 @@ async def make_host(data_dir: Path, provider: ScriptedProvider) -> AsyncIterator
     opened: list[Host] = []
 
     def open_host(**overrides: Any) -> Host:
-        config = HostConfig(data_dir=data_dir, **{k: v for k, v in overrides.items() if k != "provider"})
-        host = Host.open(config, overrides.get("provider", provider))
+        options = {k: v for k, v in overrides.items() if k not in ("provider", "clock")}
+        config = HostConfig(data_dir=data_dir, **options)
+        clock = {"clock": overrides["clock"]} if "clock" in overrides else {}
+        host = Host.open(config, overrides.get("provider", provider), **clock)
         opened.append(host)
         return host
 

@@ -251,4 +251,40 @@ def _summary(blocks: list[dict[str, Any]]) -> str:
     return " ".join(parts)
 
 
-GROUPS = (sessions, plans, queue, notifications, audit)
+@click.group()
+def schedules() -> None:
+    """Prompts that run unattended on a cron schedule (Plan/Goal schedules are refused at run time)."""
+
+
+@rpc_command(schedules, "list", columns=("id", "name", "cron", "mode", "nextRunAt", "projectPath"))
+async def schedules_list(client: Any) -> Any:
+    return (await client.call("schedules.list"))["schedules"]
+
+
+@rpc_command(schedules, "create")
+@click.argument("name")
+@click.argument("cron")
+@click.argument("project", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("prompt")
+@click.option("--mode", type=click.Choice(["agent", "plan", "goal"]), default="agent")
+@click.option("--permission", type=click.Choice(["ask", "accept-edits", "auto"]), default="ask")
+async def schedules_create(client: Any, name: str, cron: str, project: Path, prompt: str, mode: str,
+                           permission: str) -> Any:
+    return await client.call("schedules.create", {"name": name, "cron": cron, "projectPath": str(project.resolve()),
+                                                  "prompt": prompt, "mode": mode, "permissionMode": permission})
+
+
+@rpc_command(schedules, "delete")
+@click.argument("schedule_id")
+async def schedules_delete(client: Any, schedule_id: str) -> Any:
+    await client.call("schedules.delete", {"scheduleId": schedule_id})
+    return {"deleted": schedule_id}
+
+
+@rpc_command(schedules, "run")
+@click.argument("schedule_id")
+async def schedules_run(client: Any, schedule_id: str) -> Any:
+    return await client.call("schedules.runNow", {"scheduleId": schedule_id})
+
+
+GROUPS = (sessions, plans, queue, notifications, audit, schedules)

@@ -198,3 +198,24 @@ class Draft(Record):
 
     text: str
     attachments: list[Attachment]
+
+
+class ScheduleRun(Record):
+    id: str
+    at: str
+    status: str  # "running" | "ok" | "failed" | "skipped"
+    error_code: str | None
+    session_id: str | None
+
+
+class Schedule(Record):
+    id: str
+    name: str
+    cron: str
+    project_path: str
+    prompt: str
+    mode: Mode
+    permission_mode: PermissionMode
+    enabled: bool
+    next_run_at: str
+    last_run: ScheduleRun | None

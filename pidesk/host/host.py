@@ -11,9 +11,11 @@ that span them (a prompt needs an idle session).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -35,9 +37,11 @@ from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
 from pidesk.host.queue import Queue
 from pidesk.host.recovery import Recovery, recover
+from pidesk.host.schedules import Schedules
 from pidesk.host.sessions import Sessions
 from pidesk.host.turns import Turns
 from pidesk.providers.base import Provider
+from pidesk.ids import utcnow
 from pidesk.store import Store, repo
 
 DEFAULT_PAGE = 200
@@ -46,7 +50,8 @@ MAX_PAGE = 1000
 
 
 class Host:
-    def __init__(self, config: HostConfig, provider: Provider, store: Store) -> None:
+    def __init__(self, config: HostConfig, provider: Provider, store: Store,
+                 clock: Callable[[], datetime] = utcnow) -> None:
         self.parts = Parts(config=config, store=store, bus=EventBus(), live=Live(), provider=provider)
         p = self.parts
         self.sessions = Sessions(p)
@@ -57,19 +62,31 @@ class Host:
         self.executions = Executions(p, self.turns)
         self.forks = Forks(p)
         self.delegates = Delegates(p, self.permissions)
+        self.schedules = Schedules(p, self.sessions, self.turns, clock)
         self.turns.context_factory = self._context
         self.turns.after_turn = self._after_turn
         self.recovery: Recovery | None = None
+        self._scheduler: asyncio.Task[None] | None = None
 
     @classmethod
-    def open(cls, config: HostConfig, provider: Provider) -> Host:
+    def open(cls, config: HostConfig, provider: Provider, clock: Callable[[], datetime] = utcnow) -> Host:
         """Open the store, recover (fail closed), and return a host ready to serve."""
-        host = cls(config, provider, Store(config.data_dir, config.faults))
+        host = cls(config, provider, Store(config.data_dir, config.faults), clock)
         host.recovery = recover(host.parts)
+        host.schedules.skip_missed(clock())
         return host
 
+    def start_scheduler(self) -> None:
+        """Fire schedules from now on (a long-running host; the CLI's one-shot hosts do not)."""
+        if self._scheduler is None:
+            self._scheduler = asyncio.create_task(self.schedules.run_forever(), name="scheduler")
+
     async def close(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.cancel()
+            await asyncio.gather(self._scheduler, return_exceptions=True)
         await self.turns.shutdown()
+        await self.schedules.close()
         self.parts.store.close()
 
     @property
@@ -285,6 +302,22 @@ class Host:
                             permission_mode: Any = None, feedback: Any = None) -> Any:
         return self.approvals.resolve(approval_id, session_id, turn_id, decision, permission_mode, feedback)
 
+    # ---- schedules.* -----------------------------------------------------------------------------
+
+    async def schedules_create(self, name: Any, cron: Any, project_path: Any, prompt: Any, mode: Any = None,
+                               permission_mode: Any = None) -> Any:
+        return self.schedules.create(name, cron, project_path, prompt, mode, permission_mode)
+
+    async def schedules_list(self) -> dict[str, Any]:
+        return {"schedules": self.schedules.list()}
+
+    async def schedules_delete(self, schedule_id: Any) -> dict[str, Any]:
+        self.schedules.delete(schedule_id)
+        return {}
+
+    async def schedules_run_now(self, schedule_id: Any) -> dict[str, Any]:
+        return await self.schedules.run_now(schedule_id)
+
     # ---- notifications.* / audit.* ------------------------------------------------------------
 
     async def notifications_list(self, unseen_only: Any = None) -> dict[str, Any]:
@@ -346,6 +379,7 @@ METHODS: dict[str, str] = {
         "permissions.pending", "permissions.resolve",
         "plans.pending", "plans.list", "plans.get", "plans.resolve",
         "notifications.list", "notifications.markSeen", "audit.list", "attachments.put",
+        "schedules.create", "schedules.list", "schedules.delete", "schedules.runNow",
     )
 }
 

@@ -35,6 +35,8 @@ class Queue:
             if self.p.store.blobs.path(item.ref) is None:
                 raise InvalidParams(f"attachment {item.name!r}: unknown ref {item.ref!r}; upload it with attachments.put")
         with self.p.store.db.tx() as db:
+            if not repo.queue_entries(db, session.id):
+                self.p.live.held_queues.discard(session.id)  # nothing restored is left to hold
             entry = repo.queue_push(db, session.id, body, files)
         self._publish(session.id)
         await self.release(session.id)
@@ -51,7 +53,8 @@ class Queue:
             removed = repo.queue_remove(db, session.id, validate.ident(entry_id, "entryId"))
         if not removed:
             raise NotFound(f"no queue entry {entry_id!r} in session {session.id}")
-        self._publish(session.id)
+        if not self._publish(session.id):
+            self.p.live.held_queues.discard(session.id)  # the hold was for the restored entries only
 
     def prioritize(self, session_id: Any, entry_id: Any) -> list[QueueEntry]:
         session = self.p.session(validate.ident(session_id, "sessionId"))

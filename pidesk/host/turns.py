@@ -107,6 +107,8 @@ class Turns:
             await self.finish(live, Failed(Code.PERSISTENCE_FAILURE))
             raise
         live.root_message_id = message.id
+        if live.decided:  # aborted (or shut down) while its prompt was being written: nothing runs
+            return turn_id, message.id
         if consume_entry is not None:  # spent only once its prompt is in the transcript
             with self.p.store.db.tx() as db:
                 repo.queue_remove(db, session_id, consume_entry)

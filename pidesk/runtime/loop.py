@@ -87,8 +87,9 @@ async def run_turn(ctx: TurnContext, provider: Provider) -> TurnEnd:
     for _ in range(MAX_MODEL_CALLS):
         for text in ctx.take_steers():
             await ctx.append("user", [TextBlock(text=text)])
-        if ctx.stop_requested:
-            return Completed()
+        if ctx.stop_requested:  # a graceful stop ends the turn as if the model had: the host may refuse
+            verdict = ctx.may_end(True)
+            return Completed() if isinstance(verdict, Nudge) else verdict
         message_id = ctx.new_message_id()
         blocks, done = await _stream(ctx, provider, message_id)
         if done.stop_reason in ("error", "aborted"):

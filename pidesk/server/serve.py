@@ -90,7 +90,11 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
         _write_host_json(host_json, {"url": url, "port": port, "token": token, "pid": os.getpid(),
                                      "protocolVersion": PROTOCOL_VERSION})
         announce(url, token)
+        warming = _warm_up(host)
+        host.start_scheduler()
         await server.main_loop()
+        if warming is not None:
+            warming.cancel()
     finally:
         host_json.unlink(missing_ok=True)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -98,6 +102,12 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
         if server.started:
             await server.shutdown(sockets=[sock])
         sock.close()
+
+
+def _warm_up(host: Host) -> asyncio.Future[None] | None:
+    """Import a vendor SDK in the background once serving, so the first prompt does not pay for it."""
+    warm_up = getattr(host.parts.provider, "warm_up", None)
+    return asyncio.ensure_future(asyncio.to_thread(warm_up)) if callable(warm_up) else None
 
 
 def _request_exit(server: uvicorn.Server) -> None:

@@ -201,3 +201,35 @@ def m005_session_usage(db: sqlite3.Connection) -> None:
         " output_tokens = (SELECT coalesce(sum(output_tokens), 0) FROM turns WHERE session_id = sessions.id),"
         " cache_tokens = (SELECT coalesce(sum(cache_tokens), 0) FROM turns WHERE session_id = sessions.id)"
     )
+
+
+@migration
+def m006_schedules(db: sqlite3.Connection) -> None:
+    run_script(
+        db,
+        """
+        CREATE TABLE schedules (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            cron TEXT NOT NULL,
+            project_path TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            mode TEXT NOT NULL,
+            permission_mode TEXT NOT NULL,
+            enabled INTEGER NOT NULL DEFAULT 1,
+            next_run_at TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE TABLE schedule_runs (
+            id TEXT PRIMARY KEY,
+            schedule_id TEXT NOT NULL REFERENCES schedules(id) ON DELETE CASCADE,
+            at TEXT NOT NULL,
+            status TEXT NOT NULL,
+            error_code TEXT,
+            session_id TEXT,
+            turn_id TEXT,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX schedule_runs_schedule ON schedule_runs(schedule_id, created_at);
+        """,
+    )

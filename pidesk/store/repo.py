@@ -35,6 +35,8 @@ from pidesk.core.records import (
     PermissionRequest,
     PlanApproval,
     QueueEntry,
+    Schedule,
+    ScheduleRun,
     Session,
     Turn,
     Usage,
@@ -613,3 +615,75 @@ def interrupt_turn_waits(db: sqlite3.Connection, turn_id: str) -> tuple[list[str
         (now, turn_id),
     )
     return requests, approvals_
+
+
+# ---- schedules ----------------------------------------------------------------------------
+
+
+def _schedule(db: sqlite3.Connection, row: Row) -> Schedule:
+    last = db.execute(
+        "SELECT id, at, status, error_code, session_id FROM schedule_runs WHERE schedule_id = ?"
+        " ORDER BY created_at DESC, rowid DESC LIMIT 1",
+        (row[0],),
+    ).fetchone()
+    return Schedule(
+        id=row[0], name=row[1], cron=row[2], project_path=row[3], prompt=row[4], mode=Mode(row[5]),
+        permission_mode=PermissionMode(row[6]), enabled=bool(row[7]), next_run_at=row[8],
+        last_run=ScheduleRun(id=last[0], at=last[1], status=last[2], error_code=last[3], session_id=last[4])
+        if last else None,
+    )
+
+
+_SCHEDULE_COLS = "id, name, cron, project_path, prompt, mode, permission_mode, enabled, next_run_at"
+
+
+def insert_schedule(db: sqlite3.Connection, s: Schedule) -> None:
+    db.execute(
+        f"INSERT INTO schedules ({_SCHEDULE_COLS}, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        (s.id, s.name, s.cron, s.project_path, s.prompt, s.mode.value, s.permission_mode.value, int(s.enabled),
+         s.next_run_at, now_iso()),
+    )
+
+
+def get_schedule(db: sqlite3.Connection, schedule_id: str) -> Schedule | None:
+    row = db.execute(f"SELECT {_SCHEDULE_COLS} FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
+    return _schedule(db, row) if row else None
+
+
+def list_schedules(db: sqlite3.Connection) -> list[Schedule]:
+    rows = db.execute(f"SELECT {_SCHEDULE_COLS} FROM schedules ORDER BY created_at, rowid").fetchall()
+    return [_schedule(db, r) for r in rows]
+
+
+def delete_schedule(db: sqlite3.Connection, schedule_id: str) -> bool:
+    return db.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,)).rowcount == 1
+
+
+def set_next_run(db: sqlite3.Connection, schedule_id: str, next_run_at: str) -> None:
+    db.execute("UPDATE schedules SET next_run_at = ? WHERE id = ?", (next_run_at, schedule_id))
+
+
+def insert_run(db: sqlite3.Connection, schedule_id: str, at: str, status: str, error_code: str | None = None,
+               session_id: str | None = None, turn_id: str | None = None) -> str:
+    run_id = new_id("r")
+    db.execute(
+        "INSERT INTO schedule_runs (id, schedule_id, at, status, error_code, session_id, turn_id, created_at)"
+        " VALUES (?,?,?,?,?,?,?,?)",
+        (run_id, schedule_id, at, status, error_code, session_id, turn_id, now_iso()),
+    )
+    return run_id
+
+
+def finish_run(db: sqlite3.Connection, run_id: str, status: str, error_code: str | None,
+               turn_id: str | None = None) -> None:
+    db.execute(
+        "UPDATE schedule_runs SET status = ?, error_code = ?, turn_id = coalesce(?, turn_id) WHERE id = ?",
+        (status, error_code, turn_id, run_id),
+    )
+
+
+def interrupt_runs(db: sqlite3.Connection) -> int:
+    """A run still marked running at boot ended with the process: failed, never replayed."""
+    return db.execute(
+        "UPDATE schedule_runs SET status = 'failed', error_code = 'INTERRUPTED' WHERE status = 'running'"
+    ).rowcount

@@ -85,3 +85,14 @@ def test_run_goes_through_a_running_host_and_stays_unattended(project, data_dir)
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) == 0
+
+
+def test_schedules_create_list_run_and_delete(project, data_dir):
+    created = json.loads(pidesk("schedules", "create", "nightly", "0 3 * * *", str(project), "plan it",
+                                "--mode", "plan", "--json", data_dir=data_dir).stdout)
+    assert created["mode"] == "plan"
+    assert "nightly" in pidesk("schedules", "list", data_dir=data_dir).stdout
+    run = json.loads(pidesk("schedules", "run", created["id"], "--json", data_dir=data_dir).stdout)
+    assert run["errorCode"] == "PLAN_REQUIRES_INTERACTIVE_SESSION"
+    pidesk("schedules", "delete", created["id"], data_dir=data_dir)
+    assert json.loads(pidesk("schedules", "list", "--json", data_dir=data_dir).stdout) == []

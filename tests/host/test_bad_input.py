@@ -69,6 +69,13 @@ CASES: list[tuple[str, dict, str]] = [
     ("attachments.put", {"name": "a", "mime": "text/plain", "data": "YQ==", "kind": "video"}, "INVALID_PARAMS"),
     ("agent.prompt", {"sessionId": "{sid}", "text": "hi", "attachments": [
         {"kind": "file", "name": "a", "mime": "text/plain", "size": 1, "ref": "sha256:" + "0" * 64}]}, "INVALID_PARAMS"),
+    ("schedules.create", {"name": "n", "cron": "61 * * * *", "projectPath": "/tmp", "prompt": "p"}, "INVALID_PARAMS"),
+    ("schedules.create", {"name": "n", "cron": "* * * * *", "projectPath": "rel", "prompt": "p"}, "INVALID_PARAMS"),
+    ("schedules.create", {"name": "n", "cron": "* * * * *", "projectPath": "/tmp", "prompt": "p", "mode": "x"},
+     "INVALID_PARAMS"),
+    ("schedules.list", {"x": 1}, "INVALID_PARAMS"),
+    ("schedules.delete", {"scheduleId": UNKNOWN}, "NOT_FOUND"),
+    ("schedules.runNow", {"scheduleId": UNKNOWN}, "NOT_FOUND"),
     ("no.such.method", {}, "METHOD_NOT_FOUND"),
 ]
 
@@ -78,7 +85,7 @@ def _fingerprint(host) -> str:
     digest = hashlib.sha256()
     with host.store.db.read() as db:
         for table in ("sessions", "turns", "messages", "plan_approvals", "permission_requests", "grants",
-                      "queue", "notifications", "audit"):
+                      "queue", "notifications", "audit", "schedules", "schedule_runs"):
             for row in db.execute(f"SELECT * FROM {table} ORDER BY rowid"):
                 digest.update(repr(row).encode())
     for path in sorted((host.store.data_dir / "transcripts").iterdir()):

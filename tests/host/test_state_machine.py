@@ -61,14 +61,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import os
 import re
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -92,15 +91,6 @@ ENTER = {"EnterPlanMode": "plan", "EnterGoalMode": "goal"}
 SUBMIT = {"SubmitPlan": "plan", "SubmitGoal": "goal"}
 PERMISSION_MODES = ("ask", "accept-edits", "auto")
 SETTLE_TIMEOUT = 20.0
-
-# Bugs this machine finds that are reported and not fixed yet (each has a strict xfail test at the end of
-# this file). While a name is listed the machine models what the host does instead of asserting the
-# protocol, so it stays green; PIDESK_SM_KNOWN_BUGS="" makes it hunt them. Delete a name once fixed.
-#   held-queue          — the restart hold on a queue outlives the restored entries (queue.py)
-#   abort-during-start  — an abort that lands while a turn writes its root message does not stop it (turns.py)
-#   goal-stop-completes — a stopped Goal execution is recorded completed without a criteria report (loop.py)
-KNOWN_BUGS = frozenset(filter(None, os.environ.get(
-    "PIDESK_SM_KNOWN_BUGS", "held-queue,abort-during-start,goal-stop-completes").split(",")))
 
 ACTIONS = ("write", "bash", "enter_plan", "enter_goal")
 # "own" submits the kind of the mode the session will be in (plan from Agent, where it is refused)
@@ -163,7 +153,7 @@ class TurnScripts:
         inner = self.scripts.get(key) if key else None
         if inner is None:  # a turn nobody scripted answers "Done."
             inner = self._unscripted.setdefault(request.turn_id, ScriptedProvider())
-        async with aclosing(inner.stream(request)) as events:
+        async with aclosing(cast(AsyncGenerator[StreamEvent, None], inner.stream(request))) as events:
             async for event in events:
                 yield event
 
@@ -386,8 +376,6 @@ class HostMachine(RuleBasedStateMachine):
         key = self.new_key()
         self.provider.register(key, self._script(key, self.expected_mode[sid], *script))
         idle_and_empty = not await self._busy(sid) and not (await self._state(sid))["queue"]
-        if "held-queue" in KNOWN_BUGS and self.restored.get(sid):
-            idle_and_empty = False
         result = await self.call("agent.queue.push", {"sessionId": sid, "text": f"[[{key}]] queued"})
         self.queue_model[sid].append(result["entryId"])
         if idle_and_empty:  # PROTOCOL: a push on an idle session with an empty queue starts it at once
@@ -504,9 +492,9 @@ class HostMachine(RuleBasedStateMachine):
         await self._settle()
         turn = next(t for t in await self._turns(sid) if t["id"] == turn_id)
         assert (turn["state"], turn["reason"]) == ("ended", "aborted")
-        if "abort-during-start" not in KNOWN_BUGS:  # nothing runs after an acknowledged abort
-            roles = [m["role"] for m in (await self._state(sid))["messages"] if m["turnId"] == turn_id]
-            assert turn_id not in self.provider.turn_keys and roles in ([], ["user"]), roles
+        # nothing runs after an acknowledged abort
+        roles = [m["role"] for m in (await self._state(sid))["messages"] if m["turnId"] == turn_id]
+        assert turn_id not in self.provider.turn_keys and roles in ([], ["user"]), roles
 
     @rule(s=session_st, value=st.sampled_from(("agent", "plan", "goal", *PERMISSION_MODES)))
     def configure(self, s: int, value: str) -> None:
@@ -805,8 +793,6 @@ class HostMachine(RuleBasedStateMachine):
                                    if m["role"] == "user" and m["content"][0].get("text", "").startswith(header))
                     reports = [b for m, b in _blocks(messages, "toolResult")
                                if m["turnId"] == turn_id and b["name"] == "ReportCriteria" and b["ok"]]
-                    if "goal-stop-completes" in KNOWN_BUGS and turn_id in self.stopping:
-                        continue
                     assert reports, f"goal execution {a['executionId']} completed without a criteria report"
             assert len(open_executions) <= 1
             if open_executions:
@@ -845,12 +831,9 @@ class HostMachine(RuleBasedStateMachine):
             queued_turns = len([t for t in turns if t["origin"] == "queued"])
             assert queued_turns - self.queued_turns_seen[sid] == consumed
             self.queue_model[sid], self.queued_turns_seen[sid] = host_queue, queued_turns
-            if "held-queue" in KNOWN_BUGS:  # the host holds the whole queue until a focus
-                held = self.restored.get(sid, set())
-            else:  # the hold is for the restored entries
-                held = self.restored.get(sid, set()) & set(host_queue)
-                if sid in self.restored:
-                    self.restored[sid] = held
+            held = self.restored.get(sid, set()) & set(host_queue)  # the hold is for the restored entries
+            if sid in self.restored:
+                self.restored[sid] = held
             if host_queue and not running:
                 last = turns[-1] if turns else None
                 assert held or (last is not None and last["reason"] == "aborted"), \
@@ -967,19 +950,14 @@ TestHostMachine = HostMachine.TestCase
 
 
 # ---- the bugs the machine found, each as the smallest sequence that shows it -------------------
+# (each was a strict xfail until pidesk fixed it; they stay as regression tests)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: an agent.abort that lands while agent.prompt is writing the turn's root message is acknowledged "
-    "({aborted: true}, turn row aborted, session idle), but Turns.start then creates the turn task anyway "
-    "(pidesk/host/turns.py:107-113, no live.decided check after the append) and abort skipped the cancel "
-    "because live.task was still None (turns.py:183): the model is called and its reply is appended to "
-    "the aborted turn. Host.close() shares it: a queue release or execution dispatch that is mid-start "
-    "when shutdown aborts it keeps running against the closed store."
-))
 @pytest.mark.asyncio
 async def test_an_abort_during_turn_start_stops_the_turn(host: Host, provider: ScriptedProvider,
                                                           project: Path) -> None:
+    """An abort landing while agent.prompt writes the root message was acknowledged, yet Turns.start
+    created the turn task afterwards and the model was called (machine: abort_racing_prompt)."""
     s = await session(host, project)
     provider.enqueue(s["id"], {"text": "never said"})
     sending = asyncio.ensure_future(prompt(host, s["id"]))
@@ -992,16 +970,12 @@ async def test_an_abort_during_turn_start_stops_the_turn(host: Host, provider: S
     assert roles in ([], ["user"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: after a restart the hold on a session's restored queue outlives the restored entries: once they "
-    "are removed, agent.queue.push on the idle session with an empty queue is held instead of starting at "
-    "once (PROTOCOL agent.queue.push; pidesk/host/queue.py:71 checks live.held_queues, which only "
-    "session.focus clears — Queue.remove/push never drop the hold)."
-))
 @pytest.mark.asyncio
 async def test_a_push_after_the_restored_queue_was_emptied_starts_at_once(
     make_host: Any, provider: ScriptedProvider, project: Path
 ) -> None:
+    """The restart hold on a queue outlived the restored entries: a push on the idle session with an
+    empty queue was held instead of starting at once (machine: send(queued) after crash_and_restart)."""
     host = make_host()
     sid = (await session(host, project))["id"]
     provider.enqueue(sid, {"gate": "hold"})
@@ -1021,16 +995,11 @@ async def test_a_push_after_the_restored_queue_was_emptied_starts_at_once(
     await ended(sub)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: agent.stop (or agent.queue.sendNow) on a running Goal execution ends it with executionState "
-    "'completed' although no ReportCriteria was made: run_turn returns Completed() on stop_requested "
-    "(pidesk/runtime/loop.py:85-86) without asking may_end, and Turns.finish maps that to COMPLETED "
-    "(pidesk/host/turns.py:154-156). PROTOCOL reserves 'completed' for every criterion met; an unreported "
-    "end is GOAL_UNREPORTED."
-))
 @pytest.mark.asyncio
 async def test_a_stopped_goal_execution_is_not_completed(host: Host, provider: ScriptedProvider,
                                                           project: Path) -> None:
+    """agent.stop on a Goal execution recorded it 'completed' with no ReportCriteria; an unreported
+    Goal end is GOAL_UNREPORTED (machine: the completed-Goal-execution invariant)."""
     sid = (await session(host, project, mode="goal"))["id"]
     provider.enqueue(sid, submit_goal(["c1"]), {"gate": "working", "text": "still working"})
     sub = host.subscribe()

@@ -513,10 +513,26 @@ async def test_plan_requires_interactive_session_for_an_unattended_prompt(served
     assert not c.seen("turn.started")
 
 
-@pytest.mark.skip(reason="schedules.create/list/delete/runNow and plugins.list are issue 6 "
-                  "(Schedules and plugins); the host's METHODS table does not have them yet")
-async def test_schedule_and_plugin_methods():
-    pass
+SCHEDULE_KEYS = {"id", "name", "cron", "projectPath", "prompt", "mode", "permissionMode", "enabled", "nextRunAt",
+                 "lastRun"}
+
+
+async def test_schedule_methods_over_the_wire(served):
+    c = await served.ws()
+    created = await c.call("schedules.create", {"name": "plan nightly", "cron": "0 3 * * *",
+                                                "projectPath": str(served.project), "prompt": "plan it", "mode": "plan"})
+    assert set(created) == SCHEDULE_KEYS and created["nextRunAt"].endswith("Z") and created["lastRun"] is None
+    assert [s["id"] for s in (await c.call("schedules.list"))["schedules"]] == [created["id"]]
+    run = await c.call("schedules.runNow", {"scheduleId": created["id"]})
+    assert set(run) == {"runId", "sessionId", "turnId", "errorCode"}
+    assert run["errorCode"] == "PLAN_REQUIRES_INTERACTIVE_SESSION"
+    end = await c.turn_ended(run["turnId"])
+    assert end["errorCode"] == "PLAN_REQUIRES_INTERACTIVE_SESSION"
+    rpc_error(await c.error("schedules.runNow", {"scheduleId": "sc_missing"}), -32000, "NOT_FOUND")
+    rpc_error(await c.error("schedules.create", {"name": "x", "cron": "nope", "projectPath": str(served.project),
+                                                 "prompt": "p"}), -32602, "INVALID_PARAMS")
+    assert await c.call("schedules.delete", {"scheduleId": created["id"]}) == {}
+    assert (await c.call("schedules.list"))["schedules"] == []
 
 
 # ---- framing errors ---------------------------------------------------------------------------------
