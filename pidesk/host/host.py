@@ -37,6 +37,7 @@ from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
 from pidesk.host.queue import Queue
 from pidesk.host.recovery import Recovery, recover
+from pidesk.host.render import render_markdown
 from pidesk.host.schedules import Schedules
 from pidesk.host.sessions import Sessions
 from pidesk.host.turns import Turns
@@ -173,6 +174,11 @@ class Host:
         """A connection went away: it no longer makes any session visible."""
         self.parts.live.focus.pop(client_id, None)
 
+    # ---- markdown.render (a pidesk addition: see docs/protocol-notes.md) ----------------
+
+    async def markdown_render(self, text: Any) -> dict[str, str]:
+        return {"html": render_markdown(text)}
+
     # ---- attachments.put (a pidesk addition: see docs/protocol-notes.md) ----------------
 
     async def attachments_put(self, name: Any, mime: Any, data: Any, kind: Any = None) -> dict[str, Any]:
@@ -296,6 +302,7 @@ class Host:
         approval, markdown = self.approvals.get(approval_id)
         out: dict[str, Any] = msgspec.to_builtins(approval)
         out["markdown"] = markdown
+        out["html"] = render_markdown(markdown)
         return out
 
     async def plans_resolve(self, approval_id: Any, session_id: Any, turn_id: Any, decision: Any,
@@ -379,7 +386,7 @@ METHODS: dict[str, str] = {
         "permissions.pending", "permissions.resolve",
         "plans.pending", "plans.list", "plans.get", "plans.resolve",
         "notifications.list", "notifications.markSeen", "audit.list", "attachments.put",
-        "schedules.create", "schedules.list", "schedules.delete", "schedules.runNow",
+        "schedules.create", "schedules.list", "schedules.delete", "schedules.runNow", "markdown.render",
     )
 }
 

@@ -43,7 +43,7 @@ from pidesk.store.transcripts import (
 )
 
 IndexRow = tuple[str, str, str | None, int, str, int, int, str]
-INDEX_BATCH = 32
+INDEX_BATCH = 256
 
 
 @dataclass

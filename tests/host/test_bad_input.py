@@ -76,6 +76,7 @@ CASES: list[tuple[str, dict, str]] = [
     ("schedules.list", {"x": 1}, "INVALID_PARAMS"),
     ("schedules.delete", {"scheduleId": UNKNOWN}, "NOT_FOUND"),
     ("schedules.runNow", {"scheduleId": UNKNOWN}, "NOT_FOUND"),
+    ("markdown.render", {"text": 42}, "INVALID_PARAMS"),
     ("no.such.method", {}, "METHOD_NOT_FOUND"),
 ]
 

@@ -94,7 +94,7 @@ def is_message(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_approval(a: dict[str, Any], *, markdown: bool = False) -> dict[str, Any]:
-    keys = set(a) - {"criteria"} - ({"markdown"} if markdown else set())
+    keys = set(a) - {"criteria"} - ({"markdown", "html"} if markdown else set())
     assert keys == APPROVAL, keys ^ APPROVAL
     assert a["kind"] in ("plan", "goal")
     assert a["status"] in ("pending", "approved", "rejected", "expired", "interrupted")
@@ -440,6 +440,7 @@ async def test_plan_flow_over_the_wire(served):
     assert [a["id"] for a in (await c.call("plans.list", {"sessionId": sid}))["approvals"]] == [approval["id"]]
     full = is_approval(await c.call("plans.get", {"approvalId": approval["id"]}), markdown=True)
     assert full["markdown"] == "# Plan\n\n1. Write NOTES.md\n"
+    assert full["html"] == "<h1>Plan</h1>\n<ol>\n<li>Write NOTES.md</li>\n</ol>\n"
     assert (project / full["artifactPath"]).read_text() == full["markdown"]
     assert (await c.call("host.status"))["pendingApprovals"] == 1
 
