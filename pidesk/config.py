@@ -18,6 +18,10 @@ The config file is ``$PIDESK_CONFIG``, else ``<platform config dir>/pidesk/confi
 
     [models."openai/gpt-4.1"]
     context_limit = 1000000           # tokens the model's view may hold before compaction
+
+    [plugins.mcp.github]              # an MCP tool server (see pidesk/plugins/mcp_tools.py)
+    command = ["npx", "-y", "@modelcontextprotocol/server-github"]
+    risk = "medium"                   # low: allowed; medium: like Write; high: like Bash (Agent mode only)
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class HostConfig:
     tool_env: Mapping[str, str] | None = None
     # provider credentials: never logged, never shown to tools (repr hides them)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # the config file's [plugins.mcp.<name>] tables (validated by pidesk.plugins.mcp_tools)
+    mcp_servers: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_environ(
@@ -77,6 +83,7 @@ class HostConfig:
             context_limit=int(limits.get("context_limit", DEFAULT_CONTEXT_LIMIT)),
             tool_env=without_secrets(env),
             secrets=secrets,
+            mcp_servers=dict(file.get("plugins", {}).get("mcp", {})),
             faults=Faults(
                 frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
                 env.get("PIDESK_FAULT_ACTION", "kill"),

@@ -43,10 +43,10 @@ async def make_host(data_dir: Path, provider: ScriptedProvider) -> AsyncIterator
     opened: list[Host] = []
 
     def open_host(**overrides: Any) -> Host:
-        options = {k: v for k, v in overrides.items() if k not in ("provider", "clock")}
+        options = {k: v for k, v in overrides.items() if k not in ("provider", "clock", "hooks")}
         config = HostConfig(data_dir=data_dir, **options)
-        clock = {"clock": overrides["clock"]} if "clock" in overrides else {}
-        host = Host.open(config, overrides.get("provider", provider), **clock)
+        extra = {k: overrides[k] for k in ("clock", "hooks") if k in overrides}
+        host = Host.open(config, overrides.get("provider", provider), **extra)
         opened.append(host)
         return host
 

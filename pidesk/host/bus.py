@@ -53,6 +53,7 @@ class EventBus:
     def __init__(self) -> None:
         self.seq = 0
         self._subscribers: set[Subscription] = set()
+        self.listeners: list[Callable[[int, AnyEvent], None]] = []  # in-process observers (event hooks)
 
     def subscribe(self) -> Subscription:
         sub = Subscription(self)
@@ -63,4 +64,6 @@ class EventBus:
         self.seq += 1
         for sub in self._subscribers:
             sub._put(self.seq, event)
+        for listener in self.listeners:
+            listener(self.seq, event)
         return self.seq

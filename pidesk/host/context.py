@@ -60,7 +60,10 @@ class HostTurnContext:
         names = policy.visible_tools(
             session.mode, temporary=session.project_path is None, goal_execution=self.live.goal is not None
         )
-        return [TOOL_SPECS[name] for name in names]
+        specs = [TOOL_SPECS[name] for name in names]
+        if self.p.plugin_tools is not None and not session.mode.is_contract:  # plugin tools are Agent-only
+            specs += [tool.spec for tool in self.p.plugin_tools.tools()]
+        return specs
 
     def history(self) -> list[Message]:
         return model_view(self.p.store.messages(self.session_id), self.p.config.context_limit)
@@ -127,6 +130,9 @@ class HostTurnContext:
                 if not isinstance(summary, str) or not summary.strip():
                     return ToolOutcome(ToolResult.error(Code.INVALID_ARGUMENTS, "summary must be a non-empty string"))
                 return ToolOutcome(ToolResult(ok=True, output=summary))
+        plugins = self.p.plugin_tools
+        if plugins is not None and plugins.risk_of(call.name) is not None:
+            return ToolOutcome(await plugins.call(call.name, call.args))
         tool = self._workspace_tools().get(call.name)
         if tool is None:
             return ToolOutcome(ToolResult.error(Code.TOOL_NOT_FOUND, f"{call.name} is not available in this host"))

@@ -23,6 +23,7 @@ import msgspec
 from pidesk import PROTOCOL_VERSION, __version__
 from pidesk.config import HostConfig
 from pidesk.core.errors import Code, Conflict, InvalidParams, NotFound, PideskError
+from pidesk.core.events import AnyEvent, TurnEnded, event_payload
 from pidesk.core.modes import TurnOrigin
 from pidesk.core.records import Attachment, AttachmentBlock, Block, Draft, Session, TextBlock, Turn
 from pidesk.host import validate
@@ -41,6 +42,7 @@ from pidesk.host.render import render_markdown
 from pidesk.host.schedules import Schedules
 from pidesk.host.sessions import Sessions
 from pidesk.host.turns import Turns
+from pidesk.plugins.hooks import EventHooks, turn_ended_payload
 from pidesk.providers.base import Provider
 from pidesk.ids import utcnow
 from pidesk.store import Store, repo
@@ -68,14 +70,44 @@ class Host:
         self.turns.after_turn = self._after_turn
         self.recovery: Recovery | None = None
         self._scheduler: asyncio.Task[None] | None = None
+        self.hooks: EventHooks | None = None
+        if config.mcp_servers:
+            from pidesk.plugins.mcp_tools import McpTools, load_mcp_config
+
+            p.plugin_tools = McpTools(load_mcp_config({"plugins": {"mcp": dict(config.mcp_servers)}}))
 
     @classmethod
-    def open(cls, config: HostConfig, provider: Provider, clock: Callable[[], datetime] = utcnow) -> Host:
-        """Open the store, recover (fail closed), and return a host ready to serve."""
+    def open(cls, config: HostConfig, provider: Provider, clock: Callable[[], datetime] = utcnow,
+             hooks: EventHooks | None = None) -> Host:
+        """Open the store, recover (fail closed), and return a host ready to serve.
+
+        ``hooks`` are the event plugins (default: the ``pidesk.plugins`` entry points);
+        MCP tool servers start with ``start_plugins``.
+        """
         host = cls(config, provider, Store(config.data_dir, config.faults), clock)
+        host.hooks = hooks if hooks is not None else EventHooks.from_entry_points()
+        if host.hooks.listing():  # no plugin installed: no listener on the bus at all
+            host.parts.bus.listeners.append(host._to_hooks)
         host.recovery = recover(host.parts)
         host.schedules.skip_missed(clock())
         return host
+
+    async def start_plugins(self) -> None:
+        """Start MCP tool servers, and tell event plugins about the turns recovery ended."""
+        if self.parts.plugin_tools is not None:
+            await self.parts.plugin_tools.start()
+        if self.recovery is not None:
+            for ended in self.recovery.ended_turns:
+                self._to_hooks(0, ended)
+            self.recovery = Recovery(self.recovery.boot, self.recovery.interrupted, self.recovery.held_queues, [])
+
+    def _to_hooks(self, seq: int, event: AnyEvent) -> None:
+        if self.hooks is None:
+            return
+        payload = event_payload(event, seq)
+        self.hooks.deliver(payload)
+        if isinstance(event, TurnEnded):
+            self.hooks.deliver(turn_ended_payload(payload))
 
     def start_scheduler(self) -> None:
         """Fire schedules from now on (a long-running host; the CLI's one-shot hosts do not)."""
@@ -88,6 +120,10 @@ class Host:
             await asyncio.gather(self._scheduler, return_exceptions=True)
         await self.turns.shutdown()
         await self.schedules.close()
+        if self.parts.plugin_tools is not None:
+            await self.parts.plugin_tools.close()
+        if self.hooks is not None:
+            await self.hooks.close()
         self.parts.store.close()
 
     @property
@@ -325,6 +361,14 @@ class Host:
     async def schedules_run_now(self, schedule_id: Any) -> dict[str, Any]:
         return await self.schedules.run_now(schedule_id)
 
+    # ---- plugins.* -------------------------------------------------------------------------------
+
+    async def plugins_list(self) -> dict[str, Any]:
+        tools = self.parts.plugin_tools.listing() if self.parts.plugin_tools is not None else []
+        hooks = [{"name": h["name"], "tools": [], "enabled": h["enabled"]} for h in
+                 (self.hooks.listing() if self.hooks is not None else [])]
+        return {"plugins": [*tools, *hooks]}
+
     # ---- notifications.* / audit.* ------------------------------------------------------------
 
     async def notifications_list(self, unseen_only: Any = None) -> dict[str, Any]:
@@ -387,6 +431,7 @@ METHODS: dict[str, str] = {
         "plans.pending", "plans.list", "plans.get", "plans.resolve",
         "notifications.list", "notifications.markSeen", "audit.list", "attachments.put",
         "schedules.create", "schedules.list", "schedules.delete", "schedules.runNow", "markdown.render",
+        "plugins.list",
     )
 }
 

@@ -23,6 +23,7 @@ class Parts:
     bus: EventBus
     live: Live
     provider: Provider
+    plugin_tools: Any = None  # pidesk.plugins.mcp_tools.McpTools when the config names MCP servers
 
     def session(self, session_id: str) -> Session:
         with self.store.db.read() as db:

@@ -36,8 +36,10 @@ class Permissions:
         session = self.p.session(live.session_id)
         with self.p.store.db.read() as db:
             granted = session.mode is Mode.AGENT and repo.has_grant(db, session.id, call.name)
+        plugins = self.p.plugin_tools
         decision = policy.decide(
             session.mode, session.permission_mode, call.name,
+            plugin_risk=plugins.risk_of(call.name) if plugins is not None else None,
             granted=granted, temporary=session.project_path is None, delegate=delegate,
         )
         if not isinstance(decision, policy.Deny):

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pidesk.core.errors import Code
+from pidesk.core.events import TurnEnded
+from pidesk.core.modes import TurnReason
 from pidesk.host.parts import Parts
 from pidesk.store import BootReport, repo
 
@@ -22,11 +25,13 @@ class Recovery:
     boot: BootReport
     interrupted: dict[str, int]
     held_queues: list[str]
+    ended_turns: list[TurnEnded]  # the turns recovery aborted, announced to event hooks once they load
 
 
 def recover(parts: Parts) -> Recovery:
     boot = parts.store.reconcile()
     with parts.store.db.tx() as db:
+        running = repo.running_turns(db)
         counts = repo.interrupt_everything(db)
         if any(counts.values()) or boot.restored_sessions or boot.quarantined:
             repo.audit(db, "host.recovered", None, **counts, restored=boot.restored_sessions,
@@ -34,4 +39,9 @@ def recover(parts: Parts) -> Recovery:
     with parts.store.db.read() as db:
         held = repo.sessions_with_queue(db)
     parts.live.held_queues.update(held)
-    return Recovery(boot, counts, held)
+    ended = [
+        TurnEnded(session_id=session_id, turn_id=turn_id, reason=TurnReason.ABORTED.value,
+                  error_code=Code.PLAN_EXECUTION_INTERRUPTED.value if approval_id else Code.INTERRUPTED.value)
+        for turn_id, session_id, approval_id in running
+    ]
+    return Recovery(boot, counts, held, ended)

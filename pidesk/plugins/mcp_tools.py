@@ -41,6 +41,7 @@ Design and invariants:
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import math
@@ -50,7 +51,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import IO, Any, Final
+from typing import Any, Final, TextIO
 
 import anyio
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
@@ -68,6 +69,7 @@ DEFAULT_START_TIMEOUT: Final = 30.0  # seconds to spawn, handshake and list tool
 STOP_GRACE: Final = 10.0  # the SDK's own shutdown is bounded near 6.5 s; this is the backstop
 MAX_OUTPUT: Final = 100_000  # characters of a tool result passed on to the model
 STDERR_TAIL: Final = 2_000  # characters of a failed server's stderr quoted in its error
+STDERR_KEEP: Final = 1 << 20  # bytes of a server's stderr kept before the log is emptied
 _LIST_PAGE_CAP: Final = 100
 
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")  # no "__", no leading/trailing "_"
@@ -207,8 +209,11 @@ class _Connection:
         else:
             log.warning("MCP server %r: connection ended: %s", self.config.name, self.error)
 
-    async def stop(self) -> None:
-        """End the session and the process; bounded, and safe to call more than once."""
+    async def stop(self, stderr_since: int = 0) -> str:
+        """End the session and the process (bounded; safe to repeat).
+
+        Returns the tail of what the server wrote to stderr after offset ``stderr_since``.
+        """
         self._stopping = True
         self._stop.set()
         if self._scope is not None and not self.ready.done():
@@ -220,15 +225,26 @@ class _Connection:
         if not done:
             log.error("MCP server %r did not shut down within %g s; abandoning it", self.config.name, 2 * STOP_GRACE)
             self._task.cancel()
+        tail = self._stderr_tail(stderr_since)
         self._stderr.close()
+        return tail
 
-    def stderr_tail(self) -> str:
-        if self._stderr.closed:
-            return ""
+    def stderr_mark(self) -> int:
+        """The current end of the stderr log, emptied first once it passes ``STDERR_KEEP``.
+
+        The child writes in append mode, so truncating under it is safe.
+        """
         with suppress(OSError, ValueError):
-            self._stderr.flush()
             size = self._stderr.seek(0, os.SEEK_END)
-            self._stderr.seek(max(0, size - 4 * STDERR_TAIL))
+            if size <= STDERR_KEEP:
+                return size
+            self._stderr.truncate(0)
+        return 0
+
+    def _stderr_tail(self, since: int) -> str:
+        with suppress(OSError, ValueError):
+            size = self._stderr.seek(0, os.SEEK_END)
+            self._stderr.seek(max(since, size - 4 * STDERR_TAIL))
             return self._stderr.read()[-STDERR_TAIL:].strip()
         return ""
 
@@ -237,7 +253,8 @@ class _Connection:
 class _Server:
     config: McpServerConfig
     conn: _Connection | None = None
-    tools: dict[str, str] = field(default_factory=dict)  # namespaced name → the server's tool name
+    adopted: _Connection | None = None  # the connection whose tool list ``tools`` holds
+    tools: dict[str, str] = field(default_factory=dict)  # namespaced name → the server's own name
     specs: dict[str, dict[str, Any]] = field(default_factory=dict)  # namespaced name → spec
     error: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -264,7 +281,8 @@ class McpTools:
 
     def tools(self) -> list[PluginTool]:
         return [
-            PluginTool(name=name, server=server.config.name, risk=server.config.risk, spec=server.specs[name])
+            PluginTool(name=name, server=server.config.name, risk=server.config.risk,
+                       spec=copy.deepcopy(server.specs[name]))
             for server in self._servers.values() if server.config.enabled
             for name in server.tools
         ]
@@ -275,7 +293,7 @@ class McpTools:
         return server.config.risk if server is not None else None
 
     def listing(self) -> list[dict[str, Any]]:
-        """``plugins.list`` entries: one per configured server, with ``error`` when it is not healthy."""
+        """``plugins.list`` entries: one per configured server, with ``error`` while it is not healthy."""
         entries = []
         for server in self._servers.values():
             entry: dict[str, Any] = {
@@ -294,25 +312,33 @@ class McpTools:
         if server is None:
             return ToolResult.error(Code.TOOL_NOT_FOUND, f"{name} is not a tool of any running MCP server")
         label = server.config.name
-        conn = await self._ensure(server)
-        if conn is None:
-            return ToolResult.failure(
-                f"MCP server '{label}' is not running ({server.error}); the next call will try to start it again"
-            )
+        conn = client = None
+        for _ in range(2):  # a connection found ended before the call went out is replaced once
+            conn = await self._ensure(server)
+            if conn is None:
+                return ToolResult.failure(
+                    f"MCP server '{label}' is not running ({server.error}); the next call will try to start it again"
+                )
+            client = conn.client
+            if client is not None:
+                break
+        if conn is None or client is None:
+            return ToolResult.failure(f"MCP server '{label}' keeps exiting before it can take a call")
         remote = server.tools.get(name)
-        client = conn.client
         if remote is None:
             return ToolResult.error(Code.TOOL_NOT_FOUND, f"MCP server '{label}' no longer offers {name}")
-        if client is None:  # ended between the check and now: the call never left
-            return await self.call(name, args)
+        mark = conn.stderr_mark()
         try:
             result = await client.call_tool(remote, args)
         except MCPError as exc:
             if exc.code != mcp_types.CONNECTION_CLOSED:
                 return ToolResult.failure(f"{name} failed: MCP error {exc.code}: {exc.message}")
-            tail = await self._retire(server, conn, f"crashed during a call to {remote}")
+            current = server.conn is conn  # not yet replaced by a concurrent call's restart
+            tail = await self._retire(server, conn, stderr_since=mark)
+            if current:
+                self._report(server, f"crashed during a call to {remote}; restarts on the next call", tail)
             return ToolResult.failure(
-                f"MCP server '{label}' crashed while running {name}; the call's effects are unknown. "
+                f"MCP server '{label}' crashed while running {name}, so what the call did is unknown. "
                 f"It will be restarted on the next call.{_quoted(tail)}"
             )
         except Exception as exc:  # a malformed or unexpected result: the plugin's fault, reported to the model
@@ -320,8 +346,8 @@ class McpTools:
         return _to_result(result)
 
     async def close(self) -> None:
-        """Stop every server process (bounded); the registry can be started again afterwards."""
-        conns = [s.conn for s in self._servers.values() if s.conn is not None] + list(self._retiring)
+        """Stop every server process (bounded). ``start()`` may be called again afterwards."""
+        conns = {s.conn for s in self._servers.values() if s.conn is not None} | self._retiring
         for server in self._servers.values():
             server.conn = None
         await asyncio.gather(*(conn.stop() for conn in conns))
@@ -333,40 +359,34 @@ class McpTools:
         return next((s for s in self._servers.values() if s.config.enabled and name in s.tools), None)
 
     async def _ensure(self, server: _Server) -> _Connection | None:
-        """A live connection to ``server``, (re)starting it if there is none; ``None`` if it would not start."""
+        """A live connection to ``server``, (re)starting it if it has none; ``None`` if it would not start."""
         async with server.lock:
             conn = server.conn
-            if conn is not None and conn.ended:  # died while idle; no call of ours went out on it
-                await self._retire(server, conn, "exited")
+            if conn is not None and conn.ended:  # died while idle: no call went out on it
+                tail = await self._retire(server, conn)
+                self._report(server, f"exited ({conn.error or 'no reason given'}); restarting", tail)
                 conn = None
             if conn is None:
                 conn = server.conn = _Connection(server.config, self._start_timeout)
             try:
                 tools = await asyncio.shield(conn.ready)
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:
-                server.conn = None
-                self._retiring.add(conn)
-                try:
-                    await conn.stop()
-                finally:
-                    self._retiring.discard(conn)
-                server.error = f"failed to start: {_describe(exc)}{_quoted(conn.stderr_tail())}"
-                log.warning("MCP server %r %s", server.config.name, server.error)
+                tail = await self._retire(server, conn)
+                self._report(server, f"failed to start: {_describe(exc)}", tail)
                 return None
-            if server.error is not None or not server.tools:
-                self._adopt(server, tools)
+            if server.adopted is not conn:
+                self._adopt(server, conn, tools)
             server.error = None
             return conn
 
-    def _adopt(self, server: _Server, tools: list[mcp_types.Tool]) -> None:
+    def _adopt(self, server: _Server, conn: _Connection, tools: list[mcp_types.Tool]) -> None:
+        server.adopted = conn
         server.tools.clear()
         server.specs.clear()
         for tool in tools:
             name = namespaced(server.config.name, tool.name)
             if not _TOOL_NAME.match(name):
-                log.warning("MCP server %r: skipping tool %r (the name %r is not a valid tool name for providers)",
+                log.warning("MCP server %r: skipping tool %r: %r is not a tool name providers accept",
                             server.config.name, tool.name, name)
                 continue
             server.tools[name] = tool.name
@@ -376,18 +396,23 @@ class McpTools:
                 "parameters": tool.input_schema,
             }
 
-    async def _retire(self, server: _Server, conn: _Connection, what: str) -> str:
-        """Tear down a dead connection; returns its stderr tail. The server keeps its tools, to restart."""
+    async def _retire(self, server: _Server, conn: _Connection, *, stderr_since: int = 0) -> str:
+        """Stop a dead or failed connection; returns its stderr tail. The server keeps its tools.
+
+        Until its stop completes the connection sits in ``_retiring``, so a
+        caller cancelled meanwhile leaves it for ``close()`` rather than leaking it.
+        """
         if server.conn is conn:
             server.conn = None
-            server.error = f"{what}; restarts on the next call"
-            log.warning("MCP server %r %s", server.config.name, what)
         self._retiring.add(conn)
-        try:
-            await conn.stop()
-            return conn.stderr_tail() if not conn._stderr.closed else ""
-        finally:
-            self._retiring.discard(conn)
+        tail = await conn.stop(stderr_since)
+        self._retiring.discard(conn)
+        return tail
+
+    @staticmethod
+    def _report(server: _Server, what: str, stderr_tail: str) -> None:
+        server.error = what + _quoted(stderr_tail)
+        log.warning("MCP server %r %s", server.config.name, server.error)
 
 
 async def _list_all_tools(client: Client) -> list[mcp_types.Tool]:
@@ -441,7 +466,7 @@ def _quoted(tail: str) -> str:
     return f"\nIts stderr ended with:\n{tail}" if tail else ""
 
 
-def _private_log() -> IO[str]:
+def _private_log() -> TextIO:
     """An unlinked append-mode file for a server's stderr: the child writes, we read the tail."""
     fd, path = tempfile.mkstemp(prefix="pidesk-mcp-", suffix=".log")
     os.close(fd)

@@ -49,6 +49,7 @@ async def serve(config: HostConfig, provider: Provider, options: ServeOptions,
     try:
         host = Host.open(config, provider)
         try:
+            await host.start_plugins()
             await _listen(host, config, options, announce)
         finally:
             await host.close()

@@ -77,6 +77,7 @@ CASES: list[tuple[str, dict, str]] = [
     ("schedules.delete", {"scheduleId": UNKNOWN}, "NOT_FOUND"),
     ("schedules.runNow", {"scheduleId": UNKNOWN}, "NOT_FOUND"),
     ("markdown.render", {"text": 42}, "INVALID_PARAMS"),
+    ("plugins.list", {"all": True}, "INVALID_PARAMS"),
     ("no.such.method", {}, "METHOD_NOT_FOUND"),
 ]
 

@@ -1,0 +1,73 @@
+"""load_mcp_config: the [plugins.mcp.<name>] tables of the config file."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from pidesk.core.errors import Code, InvalidParams
+from pidesk.core.policy import PluginRisk
+from pidesk.plugins.mcp_tools import McpServerConfig, load_mcp_config
+
+VALID = """
+model = "demo"
+
+[plugins.mcp.github]
+command = ["npx", "-y", "@modelcontextprotocol/server-github"]
+risk = "medium"
+env = { GITHUB_TOKEN = "t0ken" }
+
+[plugins.mcp.notes-db]
+command = ["uvx", "notes-mcp"]
+risk = "low"
+enabled = false
+"""
+
+
+def test_reads_every_server_table_in_order() -> None:
+    assert load_mcp_config(tomllib.loads(VALID)) == [
+        McpServerConfig("github", ["npx", "-y", "@modelcontextprotocol/server-github"], {"GITHUB_TOKEN": "t0ken"},
+                        PluginRisk.MEDIUM),
+        McpServerConfig("notes-db", ["uvx", "notes-mcp"], None, PluginRisk.LOW, enabled=False),
+    ]
+
+
+def test_no_plugins_section_means_no_servers() -> None:
+    assert load_mcp_config({}) == []
+    assert load_mcp_config({"plugins": {}}) == []
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('command = ["x"]', r"\[plugins.mcp.srv\]: risk is required .* \"low\", \"medium\", \"high\""),
+        ('command = ["x"]\nrisk = "extreme"', r"\[plugins.mcp.srv\]: risk must be one of .*got 'extreme'"),
+        ('command = ["x"]\nrisk = 2', r"\[plugins.mcp.srv\]: risk must be one of .*got 2"),
+        ('command = "uvx my-server"\nrisk = "low"', r"command must be a list of strings, e.g. command = \[\"uvx\", \"my-server\"\]"),
+        ('command = []\nrisk = "low"', r"command must be a non-empty list"),
+        ('risk = "low"', r"command must be a non-empty list"),
+        ('command = ["x", 1]\nrisk = "low"', r"command must be a non-empty list of non-empty strings"),
+        ('command = ["x"]\nrisk = "low"\nenv = { N = 1 }', r"env must be a table of string values"),
+        ('command = ["x"]\nrisk = "low"\nenabled = "yes"', r"enabled must be true or false"),
+        ('command = ["x"]\nrisk = "low"\nrisks = "high"', r"unknown key\(s\) risks"),
+    ],
+)
+def test_a_bad_table_is_a_clear_error_naming_the_server(table: str, message: str) -> None:
+    with pytest.raises(InvalidParams, match=message) as raised:
+        load_mcp_config(tomllib.loads(f"[plugins.mcp.srv]\n{table}\n"))
+    assert raised.value.code is Code.INVALID_PARAMS
+    assert "[plugins.mcp.srv]" in raised.value.message
+
+
+@pytest.mark.parametrize("name", ["a__b", "_a", "a_", "a.b", "a b"])
+def test_server_names_must_make_unambiguous_tool_names(name: str) -> None:
+    with pytest.raises(InvalidParams, match="server name may hold only"):
+        load_mcp_config({"plugins": {"mcp": {name: {"command": ["x"], "risk": "low"}}}})
+
+
+def test_plugins_mcp_must_hold_tables() -> None:
+    with pytest.raises(InvalidParams, match=r"\[plugins.mcp\] must be a table"):
+        load_mcp_config({"plugins": {"mcp": ["x"]}})
+    with pytest.raises(InvalidParams, match=r"\[plugins.mcp.x\]: must be a table"):
+        load_mcp_config({"plugins": {"mcp": {"x": "npx server"}}})
