@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pidesk.core import events as ev
@@ -57,3 +58,26 @@ async def prompt(host: Host, session_id: str, text: str = "go") -> dict[str, str
 async def state(host: Host, session_id: str) -> dict[str, Any]:
     result: dict[str, Any] = await host.call("session.get", {"sessionId": session_id})
     return result
+
+
+def tool_results(messages: list[dict[str, Any]], name: str | None = None) -> list[dict[str, Any]]:
+    """Every toolResult block of a session.get page, optionally of one tool."""
+    return [b for m in messages for b in m["content"]
+            if b["type"] == "toolResult" and (name is None or b["name"] == name)]
+
+
+async def pid_from_file(path: Any, timeout: float = 10.0) -> int:
+    """The pid a Bash command wrote to ``path``: observing an external process means polling its file, bounded."""
+    async with asyncio.timeout(timeout):
+        while not path.exists() or not path.read_text().strip():
+            await asyncio.sleep(0.01)
+    return int(path.read_text())
+
+
+def alive(pid: int) -> bool:
+    """Whether a process still runs (a zombie awaiting its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -21,52 +21,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
 from pidesk.providers.base import Done, ModelRequest, StreamEvent, TextDelta, ToolCall, UsageReport
 from pidesk.providers.convert import anthropic_messages, anthropic_tools, parse_arguments
-from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, RetryPolicy, SdkErrors, Sleep, stream_with_retries
+from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, SdkErrors, Sleep
+from pidesk.providers.sdk import SdkProvider
 
 DEFAULT_MAX_TOKENS = 8192
 
 
-class AnthropicProvider:
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str,
-        base_url: str | None,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        sleep: Sleep = asyncio.sleep,
-    ) -> None:
-        self.name = f"anthropic/{model}"
-        self.model = model
-        self._api_key = api_key
-        self._base_url = base_url
-        self._max_tokens = max_tokens
-        self._policy = RetryPolicy(max_retries)
-        self._sleep = sleep
-        self._client: Any = None
-        self._errors: SdkErrors | None = None
+class AnthropicProvider(SdkProvider):
+    vendor = "anthropic"
 
-    def __repr__(self) -> str:  # never the key
-        return f"AnthropicProvider({self.model!r}, base_url={self._base_url!r})"
+    def __init__(self, model: str, *, api_key: str, base_url: str | None,
+                 max_retries: int = DEFAULT_MAX_RETRIES, max_tokens: int = DEFAULT_MAX_TOKENS,
+                 sleep: Sleep = asyncio.sleep) -> None:
+        super().__init__(model, api_key=api_key, base_url=base_url, max_retries=max_retries, sleep=sleep)
+        self._max_tokens = max_tokens
 
     def warm_up(self) -> None:
         """Import the SDK now (blocking, ~1.7 s) so the first request does not wait for it."""
         import anthropic  # noqa: F401
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        return stream_with_retries(lambda: self._attempt(request), self._policy, self._sleep, secret=self._api_key)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {

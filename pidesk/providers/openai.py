@@ -22,51 +22,24 @@ LM Studio, OpenRouter) through ``base_url``.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
 from pidesk.core.errors import Code
 from pidesk.providers.base import Done, ModelRequest, StreamEvent, TextDelta, ToolCall, UsageReport
 from pidesk.providers.convert import openai_messages, openai_tools, parse_arguments
-from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, RetryPolicy, SdkErrors, Sleep, stream_with_retries
+from pidesk.providers.retry import Failure, SdkErrors
+from pidesk.providers.sdk import SdkProvider
 
 
-class OpenAIProvider:
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str,
-        base_url: str | None,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        sleep: Sleep = asyncio.sleep,
-    ) -> None:
-        self.name = f"openai/{model}"
-        self.model = model
-        self._api_key = api_key
-        self._base_url = base_url
-        self._policy = RetryPolicy(max_retries)
-        self._sleep = sleep
-        self._client: Any = None
-        self._errors: SdkErrors | None = None
-
-    def __repr__(self) -> str:  # never the key
-        return f"OpenAIProvider({self.model!r}, base_url={self._base_url!r})"
+class OpenAIProvider(SdkProvider):
+    vendor = "openai"
 
     def warm_up(self) -> None:
         """Import the SDK now (blocking, ~0.7 s) so the first request does not wait for it."""
         import openai  # noqa: F401
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        return stream_with_retries(lambda: self._attempt(request), self._policy, self._sleep, secret=self._api_key)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {

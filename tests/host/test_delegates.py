@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from pidesk.core import events as ev
-from tests.scenario import ended, permission_requested, prompt, session, state, tool
+from tests.scenario import alive, ended, permission_requested, pid_from_file, prompt, session, state, tool, tool_results
 
 pytestmark = pytest.mark.asyncio
-
-
-def results(messages, name):
-    return [b for m in messages for b in m["content"] if b["type"] == "toolResult" and b["name"] == name]
 
 
 async def test_a_delegate_works_in_its_own_context_and_taskwait_returns_its_answer(host, provider, project):
@@ -24,7 +18,7 @@ async def test_a_delegate_works_in_its_own_context_and_taskwait_returns_its_answ
     provider.enqueue(f"{s['id']}/task_1", tool("Read", path="README.md"), {"text": "It is a demo project."})
     turn = await prompt(host, s["id"])
     assert (await ended(sub, turn["turnId"])).reason == "completed"
-    waited = results((await state(host, s["id"]))["messages"], "TaskWait")[0]
+    waited = tool_results((await state(host, s["id"]))["messages"], "TaskWait")[0]
     assert "It is a demo project." in waited["output"]
     delegate_request = [r for r in provider.requests if r.agent == "task_1"][0]
     assert [m.text() for m in delegate_request.messages] == ["what is in README.md?"]  # its own context
@@ -78,25 +72,14 @@ async def test_rule17_a_parent_provider_error_aborts_leftover_delegates_and_retu
     provider.enqueue(f"{s['id']}/task_1", tool("Bash", command="echo $$ > pid.txt; exec sleep 60"))
     turn = await prompt(host, s["id"])
     await sub.wait_for(lambda e: isinstance(e, ev.ToolStarted) and e.name == "Bash")
-    pid_file = project / "pid.txt"
-    async with asyncio.timeout(10):  # observing an external process: poll its file, bounded
-        while not pid_file.exists() or not pid_file.read_text().strip():
-            await asyncio.sleep(0.01)
+    pid = await pid_from_file(project / "pid.txt")
     provider.release("parent")
     end = await ended(sub, turn["turnId"])
-    assert not _alive(int(pid_file.read_text()))
+    assert not alive(pid)
     assert (end.reason, end.error_code) == ("error", "PROVIDER_ERROR")
     assert (await state(host, s["id"]))["session"]["status"] == "idle"
     again = await prompt(host, s["id"], "continue")
     assert (await ended(sub, again["turnId"])).reason == "completed"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_a_delegates_ask_reaches_the_user_as_the_parent_turns_request(host, provider, project):

@@ -11,13 +11,21 @@ import pytest
 
 from pidesk.core import events as ev
 from pidesk.core.errors import PideskError
-from tests.scenario import ended, permission_requested, plan_requested, prompt, session, state, submit_plan, tool
+from tests.scenario import (
+    alive,
+    ended,
+    permission_requested,
+    pid_from_file,
+    plan_requested,
+    prompt,
+    session,
+    state,
+    submit_plan,
+    tool,
+    tool_results,
+)
 
 pytestmark = pytest.mark.asyncio
-
-
-def tool_results(messages, name):
-    return [b for m in messages for b in m["content"] if b["type"] == "toolResult" and b["name"] == name]
 
 
 async def test_steer_is_injected_at_the_next_boundary_of_its_turn_only(host, provider, project):
@@ -106,22 +114,10 @@ async def test_abort_kills_a_running_bash_before_it_is_acknowledged(host, provid
     provider.enqueue(s["id"], tool("Bash", command="echo $$ > pid.txt; exec sleep 60"))
     await prompt(host, s["id"])
     await sub.wait_for(lambda e: isinstance(e, ev.ToolStarted))
-    pid_file = project / "pid.txt"
-    async with asyncio.timeout(10):  # observing an external process: poll its file, bounded
-        while not pid_file.exists() or not pid_file.read_text().strip():
-            await asyncio.sleep(0.01)
-    pid = int(pid_file.read_text())
+    pid = await pid_from_file(project / "pid.txt")
     assert (await host.call("agent.abort", {"sessionId": s["id"]}))["aborted"] is True
-    assert not _alive(pid)
+    assert not alive(pid)
     assert tool_results((await state(host, s["id"]))["messages"], "Bash")[0]["errorCode"] == "TOOL_ABORTED"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_a_restored_queue_waits_for_focus_then_starts_once(make_host, provider, project):

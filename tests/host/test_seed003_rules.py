@@ -8,13 +8,20 @@ import pytest
 
 from pidesk.core import events as ev
 from pidesk.core.errors import PideskError
-from tests.scenario import ended, permission_requested, plan_requested, prompt, session, state, submit_goal, submit_plan, tool
+from tests.scenario import (
+    ended,
+    permission_requested,
+    plan_requested,
+    prompt,
+    session,
+    state,
+    submit_goal,
+    submit_plan,
+    tool,
+    tool_results,
+)
 
 pytestmark = pytest.mark.asyncio
-
-
-def results(messages, name=None):
-    return [b for m in messages for b in m["content"] if b["type"] == "toolResult" and (name is None or b["name"] == name)]
 
 
 async def test_rule01_only_one_active_turn_per_session(host, provider, project):
@@ -65,7 +72,7 @@ async def test_rule03_graceful_stop_completes_the_boundary_before_the_queue_is_r
     end = await ended(sub, first["turnId"])
     assert end.reason == "completed"
     messages = (await state(host, s["id"]))["messages"]
-    assert results(messages, "Read")[0]["ok"] is True  # the tool boundary completed
+    assert tool_results(messages, "Read")[0]["ok"] is True  # the tool boundary completed
     queued = await sub.wait_for(lambda e: isinstance(e, ev.TurnStarted))
     await ended(sub, queued.turn_id)
     assert [m["role"] for m in (await state(host, s["id"]))["messages"]] == \
@@ -101,7 +108,7 @@ async def test_rule04_abort_from_waiting_permission_interrupts_the_request(host,
     req = (await permission_requested(sub)).request
     assert (await host.call("agent.abort", {"sessionId": s["id"]}))["aborted"] is True
     assert (await host.call("permissions.pending", {}))["requests"] == []
-    result = results((await state(host, s["id"]))["messages"], "Bash")[0]
+    result = tool_results((await state(host, s["id"]))["messages"], "Bash")[0]
     assert result["errorCode"] == "TOOL_ABORTED"
     assert not (project / "never.txt").exists()
     with pytest.raises(PideskError) as late:
@@ -120,7 +127,7 @@ async def test_rule05_denied_permission_becomes_tool_denied_and_the_agent_contin
                                             "decision": "deny"})
     end = await ended(sub, turn["turnId"])
     messages = (await state(host, s["id"]))["messages"]
-    assert results(messages, "Write")[0]["errorCode"] == "TOOL_DENIED"
+    assert tool_results(messages, "Write")[0]["errorCode"] == "TOOL_DENIED"
     assert messages[-1]["content"][0]["text"] == "ok, I will not write"
     assert end.reason == "completed" and not (project / "x.txt").exists()
 
@@ -240,7 +247,7 @@ async def test_rule12_exclusive_tools_alone_in_batch_and_kind_mismatch_writes_no
         {"name": "SubmitPlan", "args": {"title": "t", "markdown": "m", "question": "q"}},
     ]}, tool("SubmitGoal", title="t", markdown="m", question="q", criteria=["c"]), {"text": "ok"})
     await ended(sub, (await prompt(host, s["id"]))["turnId"])
-    got = results((await state(host, s["id"]))["messages"])
+    got = tool_results((await state(host, s["id"]))["messages"])
     assert [(r["name"], r["errorCode"]) for r in got] == [
         ("Read", "TOOL_BATCH_EXCLUSIVE"), ("SubmitPlan", "TOOL_BATCH_EXCLUSIVE"), ("SubmitGoal", "PLAN_KIND_MISMATCH")]
     assert not (project / ".pi").exists()
@@ -298,10 +305,10 @@ async def test_rule14_reject_expiry_and_interruption_return_to_planning_in_the_s
     assert (got["session"]["mode"], got["session"]["planState"], got["session"]["status"]) == ("goal", "planning", "idle")
     expected = {"reject": "rejected", "expire": "expired", "abort": "interrupted"}[outcome]
     assert (await host.call("plans.get", {"approvalId": approval.id}))["status"] == expected
-    code = results(got["messages"], "SubmitGoal")[0]["errorCode"]
+    code = tool_results(got["messages"], "SubmitGoal")[0]["errorCode"]
     assert code == {"reject": "PLAN_REJECTED", "expire": "PLAN_APPROVAL_TIMEOUT", "abort": "PLAN_APPROVAL_INTERRUPTED"}[outcome]
     await ended(sub, (await prompt(host, s["id"], "try writing"))["turnId"])
-    assert results((await state(host, s["id"]))["messages"], "Write")[0]["errorCode"] == "WRITE_DISABLED_IN_PLAN"
+    assert tool_results((await state(host, s["id"]))["messages"], "Write")[0]["errorCode"] == "WRITE_DISABLED_IN_PLAN"
 
 
 async def test_rule15_busy_session_refuses_prompt_submission_and_configuration(host, provider, project):
@@ -362,5 +369,5 @@ async def test_rule15_an_executing_contract_cannot_enter_a_new_contract_mode(hos
                                       "decision": "approve", "permissionMode": "ask"})
     execution = await sub.wait_for(lambda e: isinstance(e, ev.TurnStarted) and e.origin == "execution")
     await ended(sub, execution.turn_id)
-    assert results((await state(host, s["id"]))["messages"], "EnterGoalMode")[0]["errorCode"] == "PLAN_ALREADY_ACTIVE"
+    assert tool_results((await state(host, s["id"]))["messages"], "EnterGoalMode")[0]["errorCode"] == "PLAN_ALREADY_ACTIVE"
     assert (await state(host, s["id"]))["session"]["mode"] == "agent"
