@@ -3,7 +3,6 @@ path denials before any Ask, audit completeness, abort killing Bash, held queues
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 

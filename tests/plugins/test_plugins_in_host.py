@@ -9,7 +9,17 @@ import pytest
 
 from pidesk.plugins.hooks import EventHooks
 from pidesk.providers.scripted import ScriptedProvider
-from tests.scenario import ended, permission_requested, plan_requested, prompt, session, state, submit_plan, tool
+from tests.scenario import (
+    ended,
+    permission_requested,
+    plan_requested,
+    prompt,
+    session,
+    state,
+    submit_plan,
+    tool,
+    tool_results,
+)
 
 pytestmark = pytest.mark.asyncio
 SERVER = str(Path(__file__).parent / "mcp_demo_server.py")
@@ -17,10 +27,6 @@ SERVER = str(Path(__file__).parent / "mcp_demo_server.py")
 
 def mcp(risk: str) -> dict:
     return {"demo": {"command": [sys.executable, SERVER], "risk": risk}}
-
-
-def results(messages, name):
-    return [b for m in messages for b in m["content"] if b["type"] == "toolResult" and b["name"] == name]
 
 
 @pytest.mark.parametrize(("risk", "asks"), [("low", False), ("medium", True), ("high", True)])
@@ -60,7 +66,7 @@ async def test_plugin_tools_are_hidden_and_denied_in_contract_modes_even_under_a
     await host.call("session.setMode", {"sessionId": s["id"], "mode": mode})
     provider.enqueue(s["id"], call, {"text": "ok"})
     await ended(sub, (await prompt(host, s["id"]))["turnId"])
-    assert results((await state(host, s["id"]))["messages"], "mcp__demo__write_marker")[-1]["errorCode"] == \
+    assert tool_results((await state(host, s["id"]))["messages"], "mcp__demo__write_marker")[-1]["errorCode"] == \
         "PLUGIN_DISABLED_IN_PLAN"
     assert not marker.exists()
     assert "mcp__demo__write_marker" not in [spec["name"] for spec in provider.requests[-1].tools]
