@@ -7,6 +7,7 @@ The config file is ``$PIDESK_CONFIG``, else ``<platform config dir>/pidesk/confi
 
     model = "openai/gpt-4.1"          # the default model (else: demo, built in and offline)
     approval_timeout = 1800           # seconds a submitted plan waits for a decision
+    strict_planning = false           # true: Bash in Plan/Goal runs read-only (bubblewrap), even under auto
     data_dir = "~/pidesk-data"
 
     [providers.openai]                # OPENAI_API_KEY / OPENAI_BASE_URL override these
@@ -51,6 +52,8 @@ class HostConfig:
     tool_env: Mapping[str, str] | None = None
     # provider credentials: never logged, never shown to tools (repr hides them)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # strict planning: Bash in Plan/Goal runs in a read-only bubblewrap sandbox (off by default)
+    strict_planning: bool = False
     # the config file's [plugins.mcp.<name>] tables (validated by pidesk.plugins.mcp_tools)
     mcp_servers: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
@@ -84,6 +87,8 @@ class HostConfig:
             tool_env=without_secrets(env),
             secrets=secrets,
             mcp_servers=dict(file.get("plugins", {}).get("mcp", {})),
+            strict_planning=env.get("PIDESK_STRICT_PLANNING", str(file.get("strict_planning", ""))).lower()
+            in ("1", "true", "yes"),
             faults=Faults(
                 frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
                 env.get("PIDESK_FAULT_ACTION", "kill"),

@@ -27,7 +27,7 @@ from pidesk.runtime.loop import Nudge, ToolOutcome, TurnEnd
 from pidesk.runtime.context_window import model_view
 from pidesk.runtime.prompts import system_prompt
 from pidesk.store import repo
-from pidesk.tools import TOOL_SPECS, Tool, make_workspace_tools, run_tool
+from pidesk.tools import TOOL_SPECS, Tool, make_bash_tool, make_workspace_tools, run_tool
 from pidesk.tools.base import ToolResult
 
 
@@ -133,6 +133,10 @@ class HostTurnContext:
         plugins = self.p.plugin_tools
         if plugins is not None and plugins.risk_of(call.name) is not None:
             return ToolOutcome(await plugins.call(call.name, call.args))
+        if call.name == "Bash" and self.p.config.strict_planning and self.p.session(self.session_id).mode.is_contract:
+            root = Path(self.p.session(self.session_id).root)
+            sandboxed = make_bash_tool(root, env=self.p.config.tool_env, read_only=True)
+            return ToolOutcome(await run_tool(sandboxed, call.args))
         tool = self._workspace_tools().get(call.name)
         if tool is None:
             return ToolOutcome(ToolResult.error(Code.TOOL_NOT_FOUND, f"{call.name} is not available in this host"))

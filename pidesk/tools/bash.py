@@ -73,6 +73,24 @@ class _Collector(asyncio.SubprocessProtocol):
         return f"[{cut} earlier bytes of output cut]\n{body}" if cut else body
 
 
+def read_only_sandbox(root: Path) -> list[str]:
+    """The bubblewrap argv prefix that makes every path read-only (a private /tmp and no network).
+
+    Strict planning depends on it: a machine without ``bwrap`` cannot honour the
+    setting, so this refuses (``ToolFailure``) rather than run unconfined.
+    """
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise ToolFailure(Code.TOOL_DENIED, "strict planning needs bubblewrap (apt-get install bubblewrap); "
+                                            "Bash is refused until it is installed or strict planning is off")
+    # --unshare-pid: when the sandbox's first process dies (it is killed with its group on
+    # abort or timeout), the kernel kills everything else inside it too.
+    # The root is bound again after the private /tmp, in case it lives under /tmp.
+    return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--ro-bind", str(root), str(root), "--chdir", str(root),
+            "--unshare-net", "--unshare-pid", "--die-with-parent"]
+
+
 def make_bash_tool(
     root: Path,
     *,
@@ -80,9 +98,12 @@ def make_bash_tool(
     max_output: int = 30_000,
     kill_grace_ms: int = 1_000,
     env: Mapping[str, str] | None = None,
+    read_only: bool = False,
 ) -> Tool:
     """``env`` replaces the inherited environment (the composition root passes one
-    without provider keys); ``None`` inherits the host's."""
+    without provider keys); ``None`` inherits the host's. ``read_only`` runs every
+    command inside a bubblewrap sandbox where the whole file system is read-only
+    (strict planning): the command can look, never change anything."""
     root = root.resolve()
     bash = shutil.which("bash") or "/bin/bash"
     max_timeout_ms = max(MAX_TIMEOUT_MS, default_timeout_ms)
@@ -94,10 +115,12 @@ def make_bash_tool(
             optional_int(args, "Bash", "timeoutMs", minimum=1, maximum=max_timeout_ms)
             or default_timeout_ms
         )
+        prefix = read_only_sandbox(root) if read_only else []
         loop = asyncio.get_running_loop()
         spawn = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: _Collector(max_output),
+                *prefix,
                 bash,
                 "-c",
                 command,

@@ -239,3 +239,27 @@ async def test_attachments_are_stored_by_content_and_referenced_never_inlined(ho
     transcript = host.store.transcripts.path(s["id"]).read_bytes()
     assert data.encode() not in transcript and b"fake image bytes" not in transcript
     assert host.store.blobs.get(uploaded["ref"]) == b"\x89PNG fake image bytes"
+
+
+@pytest.mark.parametrize("mode", ["plan", "goal"])
+async def test_strict_planning_runs_contract_mode_bash_read_only_even_under_auto(make_host, provider, project, mode):
+    import os
+    import shutil
+
+    if shutil.which("bwrap") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must have bubblewrap: .ci/run installs the Debian package bubblewrap")
+        pytest.skip("bubblewrap is not installed: `apt-get install bubblewrap` to run this test")
+    host = make_host(strict_planning=True)
+    s = await session(host, project, mode=mode, permissionMode="auto")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Bash", command="cat README.md; echo changed > README.md; touch new.txt"),
+                     {"text": "looked"})
+    await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    result = tool_results((await state(host, s["id"]))["messages"], "Bash")[0]
+    assert "# demo project" in result["output"] and "Read-only file system" in result["output"]
+    assert (project / "README.md").read_text() == "# demo project\n" and not (project / "new.txt").exists()
+    await host.call("session.setMode", {"sessionId": s["id"], "mode": "agent"})
+    provider.enqueue(s["id"], tool("Bash", command="touch new.txt"), {"text": "ok"})
+    await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    assert (project / "new.txt").exists()  # Agent mode is not sandboxed
