@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 
 import pytest
 
+from pidesk.core.events import TurnEnded
 from pidesk.providers.openai import OpenAIProvider
 from tests.providers.mock_vendors import OPENAI_DONE, MockVendor, Sse, openai_call_delta, openai_chunk, openai_text, openai_usage
 from tests.scenario import ended, prompt, session, state
@@ -60,3 +62,21 @@ async def test_usage_is_summed_on_the_session(host, provider, project):
     await ended(sub, (await prompt(host, s["id"]))["turnId"])
     got = (await state(host, s["id"]))["session"]["usage"]
     assert got == {"inputTokens": 17, "outputTokens": 3, "cacheTokens": 3}
+
+
+@pytest.mark.asyncio
+async def test_abort_mid_stream_closes_the_request_and_records_nothing_after_it(make_host, project):
+    async with MockVendor() as vendor:
+        vendor.script(Sse([openai_chunk(role="assistant", content=""), openai_chunk(content="thinking about ")],
+                          hold=True))
+        host = make_host(provider=OpenAIProvider("gpt-test", api_key="sk-test-123456", base_url=vendor.url))
+        s = await session(host, project)
+        sub = host.subscribe()
+        turn = await prompt(host, s["id"], "go")
+        await vendor.holding.wait()
+        assert (await host.call("agent.abort", {"sessionId": s["id"]}))["aborted"] is True
+        await asyncio.wait_for(vendor.client_gone.wait(), 10)
+        end = [e for _, e in sub.pending() if isinstance(e, TurnEnded)]
+        assert [(e.turn_id, e.reason) for e in end] == [(turn["turnId"], "aborted")]
+        assert [m["role"] for m in (await state(host, s["id"]))["messages"]] == ["user"]
+        assert len(vendor.requests) == 1  # an aborted stream is never retried
