@@ -65,7 +65,7 @@ class Store:
         (data_dir / "scratch").mkdir(exist_ok=True)
         self.db = Database(data_dir / "index.db", faults)
         self.schema_version = self.db.migrate()
-        self.transcripts = Transcripts(data_dir / "transcripts")
+        self.transcripts = Transcripts(data_dir / "transcripts", faults=faults)
         self.blobs = Blobs(data_dir / "blobs")
         self._last_seq: dict[str, int] = {}
         # message index rows written behind their fsynced transcript lines

@@ -10,6 +10,7 @@ and a torn or garbage tail is moved whole to a quarantine file (never dropped).
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 import msgspec
 
 from pidesk.core.records import ForkedFrom, Message
+from pidesk.faults import NO_FAULTS, Faults
 from pidesk.ids import now_iso
 
 
@@ -74,8 +76,10 @@ class Scan:
 
 
 class Transcripts:
-    def __init__(self, directory: Path, max_open: int = 256) -> None:
+    def __init__(self, directory: Path, max_open: int = 256, faults: Faults = NO_FAULTS) -> None:
         self.dir = directory
+        self.faults = faults
+        self._poisoned: set[str] = set()
         directory.mkdir(parents=True, exist_ok=True)
         self._open: dict[str, int] = {}  # session id -> an O_APPEND descriptor, kept between appends
         self._open_lock = threading.Lock()
@@ -121,13 +125,37 @@ class Transcripts:
 
         The caller serialises appends to one session (the store's per-session lock).
         """
+        if session_id in self._poisoned:
+            raise OSError(errno.EIO, f"the transcript of {session_id} failed to sync earlier; restart to recover it")
         fd = self._descriptor(session_id)
         offset = os.lseek(fd, 0, os.SEEK_END)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        _sync(fd)
+        try:
+            view = memoryview(data)
+            while view:
+                self.faults.hit("transcript.write")
+                view = view[os.write(fd, view):]
+            self.faults.hit("transcript.fsync")
+            _sync(fd)
+        except OSError:
+            self._undo(session_id, offset)
+            raise
         return offset
+
+    def _undo(self, session_id: str, offset: int) -> None:
+        """A write or fsync failed: cut the file back to before it, durably, or stop using it.
+
+        A failed fsync is never retried as if it had succeeded (the kernel may have
+        dropped the dirty pages): the unacknowledged bytes are removed, and if even
+        that fails the session takes no more appends until a restart reconciles it.
+        """
+        self.forget(session_id)
+        try:
+            with open(self.path(session_id), "r+b") as f:
+                f.truncate(offset)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            self._poisoned.add(session_id)
 
     def _descriptor(self, session_id: str) -> int:
         with self._open_lock:
