@@ -52,6 +52,7 @@ def run_and_kill(data_dir: Path, project: Path, seed: int, acks_before_kill: int
     return acks
 
 
+@pytest.mark.timeout(30 + KILLS * 3)
 @pytest.mark.asyncio
 async def test_random_kills_lose_nothing_acknowledged_duplicate_nothing_and_replay_nothing(tmp_path, project):
     rng = random.Random(int(os.environ.get("PIDESK_SOAK_SEED", "7")))
