@@ -5,8 +5,10 @@ Only two kinds of URL are accepted: ``http(s)`` on a loopback address
 resolve inside the session root (secrets refused). With a Chromium on the
 machine the page is rendered headless — its title, visible text and a
 screenshot path come back; without one, the body is fetched (or read) and its
-title and text extracted. Nothing is written inside the root: screenshots go to
-a temporary directory.
+title and text extracted. A workspace file is never opened by Chromium as a
+``file:`` URL (a page could then load any file on disk): it is served from a
+loopback server that refuses every path outside the root. Nothing is written
+inside the root: screenshots go to a temporary directory.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import asyncio
 import ipaddress
 import shutil
 import tempfile
+import threading
 import urllib.error
 import urllib.request
 from html.parser import HTMLParser
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from pidesk.core.errors import Code
 from pidesk.tools.base import Tool, ToolFailure, ToolResult
@@ -41,7 +45,13 @@ def make_browser_preview_tool(root: Path, *, chromium: str | None = None) -> Too
         if not isinstance(raw, str) or not raw:
             raise ToolFailure(Code.INVALID_ARGUMENTS, "url must be a loopback http(s) URL or a file in the workspace")
         target = _target(root, raw)
-        if browser:
+        if browser and target.startswith("file:"):
+            # Chromium never gets a file: URL: a page could pull in any file on disk from there.
+            # It gets the page from a loopback server that serves the workspace and nothing else.
+            with WorkspaceServer(root) as server:
+                page = server.url_for(Path(unquote(urlsplit(target).path)))
+                html, shot = await _render(browser, page)
+        elif browser:
             html, shot = await _render(browser, target)
         else:
             html, shot = await asyncio.to_thread(_fetch, target), None
@@ -97,9 +107,52 @@ async def _render(browser: str, target: str) -> tuple[str, str]:
     shot = shots / "screenshot.png"
     profile = shots / "profile"
     common = (*CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1280,800")
-    dom = await _run(browser, *common, "--dump-dom", target)
-    await _run(browser, *common, f"--screenshot={shot}", target)
+    try:
+        dom = await _run(browser, *common, "--dump-dom", target)
+        await _run(browser, *common, f"--screenshot={shot}", target)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
     return dom, str(shot) if shot.exists() else ""
+
+
+class WorkspaceServer:
+    """A loopback HTTP server, alive for one render, that serves readable workspace files only.
+
+    Every request path is resolved like a Read (symlinks followed, secrets refused);
+    anything outside the root is a 404, so a page cannot reach past its workspace.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        workspace = self.root
+
+        class Handler(SimpleHTTPRequestHandler):
+            def translate_path(self, path: str) -> str:
+                relative = unquote(urlsplit(path).path).lstrip("/") or "."
+                try:
+                    target, _rel = resolve_for_read(workspace, relative)
+                except ToolFailure:
+                    return str(workspace / ".pidesk-refused")  # does not exist: 404
+                return str(target)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def url_for(self, path: Path) -> str:
+        relative = path.resolve().relative_to(self.root).as_posix()
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/{quote(relative)}"
+
+    def __enter__(self) -> WorkspaceServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
 
 
 async def _run(*argv: str) -> str:
