@@ -21,8 +21,7 @@ from urllib.parse import parse_qs
 Scope = dict[str, Any]
 ASGIApp = Callable[..., Any]
 
-OPEN_PATHS = ("/healthz",)
-TOKEN_PATHS = ("/rpc",)
+TOKEN_PATHS = frozenset({"/rpc"})
 
 
 class Door:
@@ -61,7 +60,7 @@ class Door:
         if origin is not None and origin.lower() not in {f"http://{h}" for h in own_hosts}:
             return 403, "forbidden: cross-origin request"
         path = scope.get("path", "")
-        if not path.startswith(TOKEN_PATHS):
+        if path not in TOKEN_PATHS:  # exactly: a static file named rpc*.js is not the endpoint
             return None
         if not self._token_ok(scope, headers):
             return 401, "unauthorized: a valid token is required"

@@ -152,3 +152,12 @@ async def test_healthz_needs_no_token_but_checks_host_and_origin(served):
     # the static UI likewise: no token, but the Host check applies
     assert (await get(served.url + "/")).status_code == 200
     assert (await get(served.url + "/", headers={"Host": f"evil.example:{served.port}"})).status_code == 403
+
+
+async def test_only_the_rpc_endpoint_itself_needs_the_token():
+    from pidesk.server.door import Door
+
+    door = Door(app=None, token="t", port=lambda: 8000)
+    headers = {"host": "127.0.0.1:8000"}
+    assert door.check({"type": "http", "path": "/rpc.js"}, headers) is None
+    assert door.check({"type": "http", "path": "/rpc"}, headers) == (401, "unauthorized: a valid token is required")

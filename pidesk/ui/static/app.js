@@ -1,0 +1,741 @@
+// pidesk web client: speaks PROTOCOL.md (plus docs/protocol-notes.md) over one WebSocket.
+//
+// Nothing lives only in the page: sessions, messages, approvals, permissions, the
+// queue and unread marks are read from the host (session.list, session.get paged
+// by seq, plans.list, notifications.list) and kept current by its events. A reload
+// or a reconnect reads them again. The page keeps only view state (which project
+// and session are shown — also in the URL — and the composer's unsent draft).
+
+import { Rpc } from './wire.js';
+import { h, clip, explain, PERMISSION_LABEL } from './util.js';
+import { Transcript } from './transcript.js';
+import { createLayout } from './layout.js';
+import { createComposer } from './composer.js';
+import {
+  S, addUnread, busy, byUpdated, currentSession, newView, normPath, projectKey, putApproval, putPermission,
+  putSession, sessionsIn,
+} from './state.js';
+
+performance.mark('pidesk:script');
+
+const $ = (id) => document.getElementById(id);
+const PAGE = 200;
+const MODES = ['agent', 'plan', 'goal'];
+const PERMISSIONS = ['ask', 'accept-edits', 'auto'];
+
+const location_ = new URL(window.location.href);
+const token = location_.searchParams.get('token') || '';
+
+const urlProject = location_.searchParams.get('project');
+const urlSession = location_.searchParams.get('session');
+if (urlProject) S.extraProjects.add(normPath(urlProject));
+
+const el = {
+  tabs: $('tabs'), conn: $('conn'), sessions: $('sessions'), head: $('session-head'),
+  transcript: $('transcript'), messages: $('messages'), earlier: $('earlier'), empty: $('empty'),
+  permissions: $('permissions'), queue: $('queue'), input: $('input'), chip: $('mode-chip'),
+  perm: $('perm'), mayDo: $('may-do'), send: $('send'), stop: $('stop'), abort: $('abort'),
+  file: $('file'), atts: $('attachments'), newSession: $('new-session'), addProject: $('add-project'),
+  addProjectForm: $('add-project-form'), addProjectInput: $('add-project-input'), toasts: $('toasts'),
+  composer: $('composer'), banner: $('banner'), working: $('working'), workingText: $('working-text'),
+};
+
+const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/rpc?token=${encodeURIComponent(token)}`;
+const rpc = new Rpc(wsUrl, { onEvent, onState, probe, initial: initialCalls });
+
+const transcript = new Transcript({ scroller: el.transcript, list: el.messages, earlier: el.earlier }, {
+  session: () => currentSession(),
+  fork: (messageId) => fork(messageId),
+  forkFromApproval: (a, info) => fork(info?.resultMsg?.id || info?.callMsg?.id || null),
+  resolvePlan,
+  approvalDetails,
+  upgradeMarkdown: () => scheduleMarkdown(),
+});
+
+const {
+  stashDraft, unstashDraft, setComposer, autosize, upload, renderComposer, draftKey,
+} = createComposer(el, { rpc, toast: (err) => toast(err) });
+
+const { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty } = createLayout(el, {
+  openSession: (id) => openSession(id),
+  selectProject,
+  queueAction,
+  resolvePermission,
+});
+
+// ---- connection ---------------------------------------------------------------------
+
+function onState(state, detail, initial) {
+  S.conn = state;
+  renderConn();
+  if (state === 'open') {
+    markOnce('pidesk:connected');
+    try {
+      resync(initial);
+    } catch (err) {
+      toast(err);
+    }
+  }
+  if (state === 'failed') toast(detail);
+}
+
+async function probe() {
+  try {
+    const res = await fetch('/rpc', {
+      method: 'POST', cache: 'no-store',
+      headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${token}` },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'host.status' }),
+    });
+    return res.status === 401 ? 'unauthorized' : 'ok';
+  } catch {
+    return 'down';
+  }
+}
+
+function renderConn() {
+  const text = {
+    connecting: 'connecting…', open: 'connected', reconnecting: 'reconnecting…', failed: 'host refused the client',
+    unauthorized: 'the token was rejected',
+  }[S.conn] || S.conn;
+  el.conn.className = `conn conn-${S.conn}`;
+  el.conn.textContent = text;
+  const down = S.conn !== 'open';
+  el.banner.hidden = !down || S.conn === 'connecting';
+  el.banner.textContent = S.conn === 'unauthorized'
+    ? 'The host rejected this page’s token. Open the URL that `pidesk serve` printed (it ends in ?token=…).'
+    : 'Lost the connection to the host. Reconnecting… Everything is kept by the host and comes back when it does.';
+  renderComposer();
+}
+
+// What the page reads first, sent with host.hello in one frame (first load and every reconnect).
+let wanted = null;
+function initialCalls() {
+  S.resyncing = []; // events that arrive before the answers wait for them
+  wanted = S.firstLoad ? urlSession : S.current;
+  const calls = [['session.list', {}], ['notifications.list', { unseenOnly: true }]];
+  if (wanted) calls.push(...sessionCalls(wanted));
+  return calls;
+}
+
+// Take everything again from the host: the answers to initialCalls.
+function resync(initial) {
+  const first = S.firstLoad;
+  S.firstLoad = false;
+  const [list, notes, ...pre] = initial;
+  markOnce('pidesk:snapshot');
+  const early = S.resyncing || [];
+  S.resyncing = null;
+  try {
+    takeSnapshot(first, list, notes, pre);
+  } finally {
+    for (const ev of early) onEvent(ev); // right after the snapshot, before anything newer
+  }
+}
+
+// Synchronous up to each openSession's first await, so the early events above land on
+// the opened view (applied on top of its snapshot, or buffered while it loads).
+function takeSnapshot(first, list, notes, pre) {
+  if (list instanceof Error) throw list;
+  S.sessions = new Map(list.sessions.map((s) => [s.id, s]));
+  S.unread = new Map();
+  if (!(notes instanceof Error)) for (const n of notes.notifications) addUnread(n);
+  const open = (id, options) => openSession(id, options).catch((err) => toast(err));
+  if (wanted && S.sessions.has(wanted)) {
+    open(wanted, { prefetched: pre, keepComposer: !first });
+    return;
+  }
+  if (first) {
+    const project = urlProject ? normPath(urlProject) : null;
+    const newest = (project !== null ? sessionsIn(project) : [...S.sessions.values()]).sort(byUpdated)[0];
+    if (newest) open(newest.id);
+    else newDraft(project ?? S.project ?? '');
+    return;
+  }
+  if (S.current && !S.sessions.has(S.current)) newDraft(S.project ?? '');
+  else renderAll();
+}
+
+function sessionCalls(id) {
+  return [
+    ['session.get', { sessionId: id, limit: PAGE }],
+    ['plans.list', { sessionId: id }],
+    ['session.turns', { sessionId: id, limit: 200 }],
+  ];
+}
+
+// ---- events ---------------------------------------------------------------------------
+
+function onEvent(ev) {
+  if (S.resyncing) {
+    S.resyncing.push(ev);
+    return;
+  }
+  switch (ev.type) {
+    case 'session.updated': {
+      const known = S.sessions.has(ev.session.id);
+      putSession(ev.session);
+      if (ev.session.id === S.current) {
+        renderWorking();
+        renderHead();
+        renderComposer();
+        renderDock();
+        transcript.permissionsChanged();
+      }
+      renderSidebar();
+      if (!known) renderTabs();
+      return;
+    }
+    case 'session.deleted':
+      S.sessions.delete(ev.sessionId);
+      S.unread.delete(ev.sessionId);
+      if (ev.sessionId === S.current) newDraft(S.project ?? '');
+      else { renderSidebar(); renderTabs(); }
+      return;
+    case 'notification.created': {
+      const n = ev.notification;
+      if (n.sessionId === S.current && document.visibilityState === 'visible') {
+        rpc.call('notifications.markSeen', { ids: [n.id] }).catch(() => {});
+      } else {
+        addUnread(n);
+        renderSidebar();
+        renderTabs();
+      }
+      return;
+    }
+    default: {
+      const sid = ev.sessionId || ev.request?.sessionId || ev.approval?.sessionId;
+      const view = S.view;
+      if (!view || sid !== view.id) return;
+      if (view.loading) view.buffer.push(ev);
+      else applyViewEvent(view, ev);
+    }
+  }
+}
+
+function applyViewEvent(view, ev) {
+  applyOne(view, ev);
+  renderWorking();
+}
+
+function applyOne(view, ev) {
+  switch (ev.type) {
+    case 'turn.started':
+      view.turns.set(ev.turnId, { id: ev.turnId, origin: ev.origin, state: 'running' });
+      break;
+    case 'message.delta':
+      transcript.delta(ev);
+      renderEmpty();
+      break;
+    case 'message.appended':
+      transcript.upsert(ev.message);
+      renderEmpty();
+      break;
+    case 'tool.started':
+      transcript.toolStarted(ev);
+      break;
+    case 'tool.finished':
+      transcript.toolFinished(ev);
+      break;
+    case 'permission.requested':
+    case 'permission.resolved':
+      putPermission(view, ev.request);
+      renderDock();
+      transcript.permissionsChanged();
+      break;
+    case 'plan.requested':
+    case 'plan.resolved':
+      if (!putApproval(view, ev.approval)) break;
+      transcript.renderApproval(ev.approval);
+      if (ev.type === 'plan.requested') transcript.scrollToBottom();
+      renderHead();
+      break;
+    case 'execution.changed': {
+      const a = view.approvals.get(ev.approvalId);
+      if (a) {
+        const next = { ...a, executionId: ev.executionId, executionState: ev.executionState };
+        if (putApproval(view, next)) transcript.renderApproval(next);
+      }
+      renderHead();
+      break;
+    }
+    case 'queue.changed':
+      view.queue = ev.entries;
+      renderDock();
+      break;
+    case 'turn.ended': {
+      const t = view.turns.get(ev.turnId) || { id: ev.turnId };
+      view.turns.set(ev.turnId, { ...t, state: 'ended', reason: ev.reason, errorCode: ev.errorCode || null });
+      transcript.turnEnded(ev);
+      break;
+    }
+    default:
+  }
+}
+
+// ---- opening sessions ------------------------------------------------------------------
+
+async function openSession(id, { prefetched, keepComposer } = {}) {
+  const switching = S.current !== id;
+  if (switching && !keepComposer) stashDraft();
+  S.current = id;
+  const session = S.sessions.get(id);
+  if (session) S.project = projectKey(session);
+  const view = newView(id);
+  S.view = view;
+  transcript.reset(view);
+  if (switching && !keepComposer) unstashDraft();
+  requestAnimationFrame(() => setTimeout(updateUrl, 0)); // history.replaceState is slow-ish: after the paint
+  renderAll();
+  focusSession(id);
+  const [got, plans, turns] = prefetched && prefetched.length ? prefetched : await rpc.batch(sessionCalls(id));
+  if (S.view !== view) return;
+  if (got instanceof Error) {
+    if (got.code === 'NOT_FOUND') {
+      S.sessions.delete(id);
+      newDraft(S.project ?? '');
+    }
+    toast(got);
+    return;
+  }
+  putSession(got.session);
+  view.queue = got.queue;
+  view.hasMore = got.hasMore;
+  view.minSeq = got.messages.length ? got.messages[0].seq : null;
+  if (!(plans instanceof Error)) for (const a of plans.approvals) putApproval(view, a);
+  if (got.pendingApproval) putApproval(view, got.pendingApproval);
+  for (const p of got.pendingPermissions) putPermission(view, p);
+  if (!(turns instanceof Error)) for (const t of turns.turns) view.turns.set(t.id, t);
+  transcript.setMessages(got.messages);
+  for (const a of view.approvals.values()) transcript.renderApproval(a);
+  view.loading = false;
+  for (const ev of view.buffer.splice(0)) applyOne(view, ev);
+  renderAll();
+  markOnce('pidesk:transcript-rendered');
+  requestAnimationFrame(() => setTimeout(() => markOnce('pidesk:transcript-painted'), 0));
+  await scheduleMarkdown();
+  requestAnimationFrame(() => setTimeout(() => {
+    markOnce('pidesk:interactive');
+    view.ready = true;
+    renderEarlier();
+  }, 0));
+}
+
+function focusSession(id) {
+  if (document.visibilityState !== 'visible') return;
+  rpc.call('session.focus', { sessionId: id }).catch(() => {});
+  if (S.unread.has(id)) {
+    S.unread.delete(id);
+    renderSidebar();
+    renderTabs();
+  }
+  rpc.call('notifications.markSeen', { sessionId: id }).catch(() => {});
+}
+
+function newDraft(project) {
+  stashDraft();
+  S.current = null;
+  S.project = project;
+  S.view = null;
+  transcript.reset(newView(null));
+  el.messages.classList.remove('loading');
+  unstashDraft();
+  updateUrl();
+  renderAll();
+  rpc.call('session.focus', { sessionId: null }).catch(() => {});
+  el.input.focus();
+}
+
+async function loadEarlier() {
+  const view = S.view;
+  if (!view || !view.hasMore || view.loadingEarlier || view.minSeq === null) return;
+  view.loadingEarlier = true;
+  renderEarlier();
+  try {
+    const got = await rpc.call('session.get', { sessionId: view.id, beforeSeq: view.minSeq, limit: PAGE });
+    if (S.view !== view) return;
+    view.hasMore = got.hasMore;
+    if (got.messages.length) view.minSeq = got.messages[0].seq;
+    transcript.prepend(got.messages);
+    scheduleMarkdown();
+  } catch (err) {
+    toast(err);
+  } finally {
+    view.loadingEarlier = false;
+    renderEarlier();
+  }
+}
+
+const earlierObserver = new IntersectionObserver((entries) => {
+  if (entries.some((e) => e.isIntersecting) && S.view?.ready) loadEarlier();
+}, { root: el.transcript, rootMargin: '400px 0px 0px 0px' });
+earlierObserver.observe(el.earlier);
+
+function renderEarlier() {
+  const view = S.view;
+  el.earlier.replaceChildren();
+  if (!view || !view.hasMore) return;
+  el.earlier.append(h('button', { type: 'button', class: 'link', onclick: loadEarlier, disabled: view.loadingEarlier },
+    view.loadingEarlier ? 'Loading earlier messages…' : 'Load earlier messages'));
+}
+
+// ---- markdown -----------------------------------------------------------------------
+
+let markdownRun = null;
+function scheduleMarkdown() {
+  if (!markdownRun) {
+    markdownRun = Promise.resolve().then(async () => {
+      try {
+        for (let round = 0; round < 3; round++) {
+          const texts = [...new Set(transcript.pendingMarkdown())];
+          if (!texts.length) return;
+          const results = await rpc.batch(texts.map((text) => ['markdown.render', { text }]));
+          transcript.applyMarkdown(texts.map((t, i) => [t, results[i] instanceof Error ? escapeHtml(t) : results[i].html]));
+        }
+      } finally {
+        markdownRun = null;
+      }
+    });
+  }
+  return markdownRun;
+}
+
+function escapeHtml(text) {
+  const d = document.createElement('div');
+  d.textContent = text;
+  return `<p class="pre">${d.innerHTML}</p>`;
+}
+
+// ---- approvals --------------------------------------------------------------------------
+
+function approvalDetails(a) {
+  const have = S.approvalDetails.get(a.id);
+  if (have) return have;
+  if (!S.approvalCache.has(a.id)) {
+    const load = (async () => {
+      const ids = a.revises ? [a.id, a.revises] : [a.id];
+      const [cur, prev] = await rpc.batch(ids.map((approvalId) => ['plans.get', { approvalId }]));
+      const det = cur instanceof Error ? { error: cur.message } : { html: cur.html, markdown: cur.markdown };
+      if (a.revises && prev && !(prev instanceof Error)) det.prev = prev.markdown;
+      S.approvalDetails.set(a.id, det);
+      const latest = S.view?.approvals.get(a.id);
+      if (!latest) return;
+      const stick = transcript.atBottom();
+      transcript.renderApproval(latest);
+      if (stick && latest.status === 'pending') transcript.reveal(latest.id);
+      else if (stick) transcript.scrollToBottom();
+    })().catch(() => S.approvalCache.delete(a.id));
+    S.approvalCache.set(a.id, load);
+  }
+  return null;
+}
+
+async function resolvePlan(a, decision, permissionMode, feedback) {
+  const params = { approvalId: a.id, sessionId: a.sessionId, turnId: a.turnId, decision };
+  if (decision === 'approve') params.permissionMode = permissionMode;
+  if (feedback) params.feedback = feedback;
+  try {
+    const updated = await rpc.call('plans.resolve', params);
+    if (S.view?.id === a.sessionId) {
+      if (putApproval(S.view, updated)) transcript.renderApproval(updated);
+    }
+  } catch (err) {
+    toast(err);
+  }
+}
+
+async function resolvePermission(req, decision, remember) {
+  const params = { requestId: req.id, sessionId: req.sessionId, turnId: req.turnId, decision };
+  if (remember) params.remember = remember;
+  try {
+    await rpc.call('permissions.resolve', params);
+    if (S.view) putPermission(S.view, { ...req, status: 'answered' });
+    renderDock();
+    transcript.permissionsChanged();
+  } catch (err) {
+    toast(err);
+  }
+}
+
+// ---- actions ----------------------------------------------------------------------------
+
+async function send() {
+  const text = el.input.value;
+  if (!text.trim() || S.uploads) return;
+  const attachments = S.attachments.slice();
+  let s = currentSession();
+  setComposer('', []);
+  try {
+    if (!s) {
+      s = await rpc.call('session.create', {
+        projectPath: S.project || undefined, title: clip(text, 60),
+        mode: S.newSettings.mode, permissionMode: S.newSettings.permissionMode,
+      });
+      putSession(s);
+      S.drafts.delete(draftKey());
+      if (S.project && s.projectPath !== S.project) S.extraProjects.delete(S.project); // the host resolved the path
+      await openSession(s.id, { keepComposer: true });
+    }
+    const params = { sessionId: s.id, text };
+    if (attachments.length) params.attachments = attachments;
+    if (busy(s)) {
+      await rpc.call('agent.queue.push', params);
+      return;
+    }
+    try {
+      await rpc.call('agent.prompt', params);
+    } catch (err) {
+      if (err.code !== 'AGENT_BUSY') throw err;
+      await rpc.call('agent.queue.push', params);
+    }
+  } catch (err) {
+    if (!el.input.value) setComposer(text, attachments);
+    toast(err);
+  }
+}
+
+async function stop() {
+  const s = currentSession();
+  if (!s) return;
+  try {
+    await rpc.call('agent.stop', { sessionId: s.id });
+    toast('Stopping at the next step…', 'info');
+  } catch (err) {
+    toast(err);
+  }
+}
+
+async function abort() {
+  const s = currentSession();
+  if (!s || !busy(s)) return;
+  try {
+    const res = await rpc.call('agent.abort', { sessionId: s.id, smart: true });
+    if (res.restoredDraft) {
+      const d = res.restoredDraft;
+      const typed = el.input.value;
+      setComposer(typed && typed !== d.text ? `${d.text}\n\n${typed}` : d.text, [...d.attachments, ...(typed ? S.attachments : [])]);
+      el.input.focus();
+      // the prompt left the transcript with the abort: read the session again
+      if (S.current === s.id) await openSession(s.id, { keepComposer: true });
+    }
+  } catch (err) {
+    toast(err);
+  }
+}
+
+async function fork(throughMessageId) {
+  const s = currentSession();
+  if (!s) return;
+  try {
+    const params = { sessionId: s.id };
+    if (throughMessageId) params.throughMessageId = throughMessageId;
+    const child = await rpc.call('session.fork', params);
+    putSession(child);
+    await openSession(child.id);
+    toast(`Forked into “${child.title}”.`, 'info');
+  } catch (err) {
+    toast(err);
+  }
+}
+
+let modeChain = Promise.resolve();
+function cycleMode(step = 1) {
+  const s = currentSession();
+  const allowed = (s ? s.projectPath : S.project) ? MODES : ['agent'];
+  if (!s) {
+    const i = allowed.indexOf(S.newSettings.mode);
+    S.newSettings.mode = allowed[(i + step + allowed.length) % allowed.length];
+    renderComposer();
+    return;
+  }
+  if (busy(s)) {
+    toast('The mode can change only while the session is idle.', 'info');
+    return;
+  }
+  if (allowed.length === 1) {
+    toast('Plan and Goal need a project folder; this is a scratch session.', 'info');
+    return;
+  }
+  const next = allowed[(allowed.indexOf(s.mode) + step + allowed.length) % allowed.length];
+  S.sessions.set(s.id, { ...s, mode: next, planState: next === 'agent' ? 'inactive' : 'planning' }); // shown at once; the host confirms
+  renderComposer();
+  renderHead();
+  modeChain = modeChain.then(async () => {
+    try {
+      putSession(await rpc.call('session.setMode', { sessionId: s.id, mode: next }));
+    } catch (err) {
+      toast(err);
+      try { putSession((await rpc.call('session.get', { sessionId: s.id, limit: 1 })).session, true); } catch { /* reconnect re-reads */ }
+    }
+    if (S.current === s.id) { renderComposer(); renderHead(); renderSidebar(); }
+  });
+}
+
+async function setPermissionMode(value) {
+  const s = currentSession();
+  if (!s) {
+    S.newSettings.permissionMode = value;
+    renderComposer();
+    return;
+  }
+  try {
+    putSession(await rpc.call('session.setPermissionMode', { sessionId: s.id, permissionMode: value }));
+  } catch (err) {
+    toast(err);
+  }
+  renderComposer();
+  renderHead();
+}
+
+async function queueAction(method, entry) {
+  try {
+    const res = await rpc.call(method, { sessionId: entry.sessionId, entryId: entry.id });
+    if (res?.entries && S.view?.id === entry.sessionId) {
+      S.view.queue = res.entries;
+      renderDock();
+    }
+  } catch (err) {
+    toast(err);
+  }
+}
+
+// ---- layout ------------------------------------------------------------------------------------
+
+function selectProject(key) {
+  if (key === S.project && S.current) return;
+  const newest = sessionsIn(key).sort(byUpdated)[0];
+  if (newest) openSession(newest.id);
+  else newDraft(key);
+}
+
+// A quiet "working" line while the model thinks: not while text streams, a tool runs,
+// or the turn waits on the user (a permission or an approval card says so).
+function renderWorking() {
+  const s = currentSession();
+  const show = !!s && s.status === 'running' && s.planState !== 'awaiting_approval' && !transcript.active();
+  el.working.hidden = !show;
+}
+
+function renderAll() {
+  renderWorking();
+  renderTabs();
+  renderSidebar();
+  renderHead();
+  renderDock();
+  renderComposer();
+  renderEmpty();
+  renderEarlier();
+}
+
+function updateUrl() {
+  const u = new URL(window.location.href);
+  if (S.project) u.searchParams.set('project', S.project);
+  else u.searchParams.delete('project');
+  if (S.current) u.searchParams.set('session', S.current);
+  else u.searchParams.delete('session');
+  if (u.href !== window.location.href) history.replaceState(null, '', u);
+  const s = currentSession();
+  document.title = s ? `${s.title} · pidesk` : 'pidesk';
+}
+
+// ---- toasts, marks ----------------------------------------------------------------------------
+
+function toast(what, kind = 'error') {
+  const code = what?.code;
+  const text = typeof what === 'string' ? what : what?.message || String(what);
+  const hint = code ? explain(code) : '';
+  const node = h('div', { class: `toast toast-${kind}`, role: kind === 'error' ? 'alert' : 'status' },
+    code && h('code', null, code), h('span', null, text), hint && hint !== text && h('span', { class: 'muted' }, hint));
+  el.toasts.append(node);
+  setTimeout(() => node.remove(), kind === 'error' ? 8000 : 3500);
+}
+
+function markOnce(name) {
+  if (!performance.getEntriesByName(name, 'mark').length) performance.mark(name);
+}
+
+// ---- wiring -----------------------------------------------------------------------------------
+
+el.input.addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    send();
+  } else if (e.key === 'Tab' && e.shiftKey) {
+    e.preventDefault();
+    cycleMode();
+  }
+});
+el.input.addEventListener('input', autosize);
+el.input.addEventListener('paste', (e) => {
+  const files = [...(e.clipboardData?.files || [])];
+  if (files.length) {
+    e.preventDefault();
+    upload(files);
+  }
+});
+el.composer.addEventListener('dragover', (e) => { e.preventDefault(); });
+el.composer.addEventListener('drop', (e) => {
+  e.preventDefault();
+  upload([...(e.dataTransfer?.files || [])]);
+});
+el.chip.addEventListener('click', () => cycleMode());
+el.chip.addEventListener('keydown', (e) => {
+  if (e.key === 'Tab' && e.shiftKey) {
+    e.preventDefault();
+    cycleMode();
+  }
+});
+el.perm.replaceChildren(...PERMISSIONS.map((p) => h('option', { value: p }, PERMISSION_LABEL[p])));
+el.perm.addEventListener('change', (e) => setPermissionMode(e.target.value));
+el.send.addEventListener('click', send);
+el.stop.addEventListener('click', stop);
+el.abort.addEventListener('click', abort);
+el.file.addEventListener('change', () => {
+  upload([...el.file.files]);
+  el.file.value = '';
+});
+el.newSession.addEventListener('click', () => newDraft(S.project ?? ''));
+el.addProject.addEventListener('click', () => {
+  el.addProjectForm.hidden = !el.addProjectForm.hidden;
+  if (!el.addProjectForm.hidden) el.addProjectInput.focus();
+});
+el.addProjectForm.addEventListener('submit', (e) => {
+  e.preventDefault();
+  const path = normPath(el.addProjectInput.value.trim());
+  if (!path.startsWith('/')) {
+    toast('Give the project folder as an absolute path, like /home/me/src/app.', 'info');
+    return;
+  }
+  S.extraProjects.add(path);
+  el.addProjectInput.value = '';
+  el.addProjectForm.hidden = true;
+  selectProject(path);
+});
+document.addEventListener('keydown', (e) => {
+  if (e.key !== 'Escape' || e.defaultPrevented) return;
+  if (e.target === el.addProjectInput) {
+    el.addProjectForm.hidden = true;
+    return;
+  }
+  if (e.target.closest?.('.card')) return; // Esc inside a card (its feedback box) never aborts the turn
+  const s = currentSession();
+  if (s && s.status !== 'idle') {
+    e.preventDefault();
+    abort();
+  }
+});
+document.addEventListener('visibilitychange', () => {
+  if (S.conn !== 'open') return;
+  if (document.visibilityState === 'visible') {
+    if (S.current) focusSession(S.current);
+  } else {
+    rpc.call('session.focus', { sessionId: null }).catch(() => {});
+  }
+});
+setInterval(() => { if (document.visibilityState === 'visible') renderSidebar(); }, 60000); // "n min ago"
+
+renderConn();
+if (!token) {
+  el.banner.hidden = false;
+  el.banner.textContent = 'This page needs the token the host printed: open the URL from `pidesk serve` (it ends in ?token=…).';
+}
+rpc.connect();

@@ -1,0 +1,133 @@
+// The frame around the transcript: project tabs, the sessions sidebar, the session
+// header (mode, permissions, status, plan and execution state: what the agent may do
+// must be impossible to misread), the dock (permission cards, the queue) and the
+// empty state. Each render reads the page state and redraws its part whole.
+
+import { h, ago, basename, clip, mayDo, MODE_LABEL } from './util.js';
+import { permissionCard } from './transcript.js';
+import { S, busy, currentSession, projects, sessionsIn, statusOf } from './state.js';
+
+// ``act``: {openSession, selectProject, queueAction, resolvePermission}
+export function createLayout(el, act) {
+  function renderTabs() {
+    const tabs = projects().map((key) => {
+      const unread = sessionsIn(key).filter((s) => S.unread.has(s.id)).length;
+      const active = key === S.project;
+      return h('button', {
+        type: 'button', role: 'tab', class: `tab${active ? ' active' : ''}`, 'aria-selected': active ? 'true' : 'false',
+        title: key || 'sessions without a project folder', dataset: { project: key },
+        onclick: () => act.selectProject(key),
+      }, h('span', { class: 'tab-name' }, key ? basename(key) : 'Scratch'), unread ? h('span', { class: 'tab-unread', 'aria-label': `${unread} unread` }, String(unread)) : null);
+    });
+    el.tabs.replaceChildren(...tabs);
+  }
+
+  function renderSidebar() {
+    const items = sessionsIn(S.project ?? '').map((s) => {
+      const [cls, label] = statusOf(s);
+      const unread = S.unread.has(s.id);
+      const active = s.id === S.current;
+      return h('li', null, h('button', {
+        type: 'button', class: `session-item${active ? ' active' : ''}${unread ? ' unread' : ''}`,
+        dataset: { session: s.id, status: cls }, 'aria-current': active ? 'true' : null,
+        onclick: () => { if (s.id !== S.current) act.openSession(s.id); },
+      },
+      h('span', { class: `dot status-${cls}`, 'aria-hidden': 'true' }),
+      h('span', { class: 'session-main' },
+        h('span', { class: 'session-top' },
+          h('span', { class: 'session-title' }, s.title),
+          h('span', { class: 'session-time' }, ago(s.updatedAt))),
+        h('span', { class: 'session-sub' },
+          h('span', { class: `mini-mode mode-${s.mode}` }, MODE_LABEL[s.mode]),
+          h('span', { class: `session-status status-${cls}` }, label))),
+      unread && h('span', { class: 'unread-mark', title: 'finished while you were away', 'aria-label': 'unread' })));
+    });
+    if (S.current === null) {
+      items.unshift(h('li', null, h('div', { class: 'session-item active draft' }, h('span', { class: 'dot status-idle' }),
+        h('span', { class: 'session-main' }, h('span', { class: 'session-title' }, 'New session'), h('span', { class: 'session-sub' }, 'type below to start')))));
+    }
+    el.sessions.replaceChildren(...items);
+  }
+
+  function renderHead() {
+    const s = currentSession();
+    if (!s) {
+      el.head.replaceChildren(h('div', { class: 'title-row' }, h('h1', null, 'New session'),
+        h('span', { class: 'muted' }, S.project ? S.project : 'scratch — no project folder')));
+      return;
+    }
+    const [cls, label] = statusOf(s);
+    let exec = null;
+    for (const a of S.view?.approvals.values() || []) if (a.executionId && a.executionState !== 'none') exec = a;
+    const badges = [
+      h('span', { class: `badge mode-badge mode-${s.mode}`, title: 'mode' }, `${MODE_LABEL[s.mode]} mode`),
+      h('span', { class: `badge perm-badge perm-${s.permissionMode}`, title: mayDo(s.mode, s.permissionMode).text }, `permissions: ${s.permissionMode}`),
+    ];
+    // the plan state says "awaiting approval" itself; the status badge would only repeat it
+    if (cls !== 'awaiting') badges.push(h('span', { class: `badge status-badge status-${cls}` }, label));
+    if (s.mode !== 'agent' || s.planState !== 'inactive') {
+      badges.push(h('span', { class: `badge plan-badge plan-${s.planState}`, title: 'plan state' }, s.planState === 'awaiting_approval' ? 'awaiting approval' : 'planning'));
+    }
+    if (exec) badges.push(h('span', { class: `badge exec-badge exec-${exec.executionState}` }, `execution ${exec.executionState}`));
+    const forked = s.forkedFrom && S.sessions.get(s.forkedFrom.sessionId);
+    const u = s.usage;
+    const usage = u && (u.inputTokens || u.outputTokens)
+      ? h('span', { class: 'usage muted', title: `input ${u.inputTokens}, output ${u.outputTokens}, cached ${u.cacheTokens} tokens` },
+        `${tokens(u.inputTokens)} in · ${tokens(u.outputTokens)} out`)
+      : null;
+    el.head.replaceChildren(
+      h('div', { class: 'title-row' },
+        h('h1', { title: s.id }, s.title),
+        h('span', { class: 'muted path', title: s.root }, s.projectPath || 'scratch'),
+        forked && h('button', { type: 'button', class: 'link', onclick: () => act.openSession(forked.id) }, `forked from “${forked.title}”`)),
+      h('div', { class: 'badges' }, badges, usage),
+    );
+  }
+
+  function tokens(n) {
+    return n >= 1000 ? `${(n / 1000).toFixed(n >= 10000 ? 0 : 1)}k` : String(n);
+  }
+
+  function renderDock() {
+    const view = S.view;
+    const s = currentSession();
+    const perms = view ? [...view.permissions.values()].filter((p) => p.status === 'pending') : [];
+    el.permissions.replaceChildren(...perms.map((p) => permissionCard(p, s, { resolvePermission: act.resolvePermission })));
+    const entries = view ? view.queue : [];
+    if (!entries.length) {
+      el.queue.replaceChildren();
+      el.queue.hidden = true;
+      return;
+    }
+    el.queue.hidden = false;
+    el.queue.replaceChildren(
+      h('div', { class: 'queue-head' }, h('strong', null, `Queued prompts (${entries.length})`),
+        h('span', { class: 'muted' }, busy(s) ? 'they run in order when the current turn ends' : 'waiting to start')),
+      h('ol', { class: 'queue-list' }, entries.map((e, i) => h('li', { class: 'queue-entry', dataset: { entry: e.id } },
+        h('span', { class: 'queue-text', title: e.text }, clip(e.text, 140)),
+        e.attachments?.length ? h('span', { class: 'muted' }, ` +${e.attachments.length} file(s)`) : null,
+        h('span', { class: 'queue-actions' },
+          i > 0 && h('button', { type: 'button', class: 'q-top', onclick: () => act.queueAction('agent.queue.prioritize', e) }, 'Move to top'),
+          h('button', { type: 'button', class: 'q-now', title: 'Stop the current turn at its next step and run this next', onclick: () => act.queueAction('agent.queue.sendNow', e) }, 'Send now'),
+          h('button', { type: 'button', class: 'q-remove', onclick: () => act.queueAction('agent.queue.remove', e) }, 'Remove'))))));
+  }
+
+  function renderEmpty() {
+    const s = currentSession();
+    const empty = !el.messages.children.length && !el.messages.classList.contains('loading');
+    el.empty.hidden = !empty;
+    if (!empty) return;
+    const where = s ? (s.projectPath || 'a scratch folder') : (S.project || 'a scratch folder');
+    el.empty.replaceChildren(
+      h('h2', null, s ? 'Nothing here yet' : 'Start a session'),
+      h('p', null, 'The agent works in ', h('code', null, where), '.'),
+      h('ul', { class: 'empty-tips' },
+        h('li', null, h('strong', null, 'Agent'), ' — does the work, asking as your permission setting says.'),
+        h('li', null, h('strong', null, 'Plan'), ' — investigates, then proposes a plan for you to approve before anything is written.'),
+        h('li', null, h('strong', null, 'Goal'), ' — like Plan, with acceptance criteria the execution must prove.')),
+      h('p', { class: 'muted' }, 'Pick the mode with the chip left of the input (or Shift+Tab).'));
+  }
+
+
+  return { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty };
+}

@@ -1,0 +1,587 @@
+// The transcript of the open session: messages in seq order, tool rows, approval cards, turn notes.
+//
+// Everything shown comes from the host: a page of messages from session.get, then
+// events (message.delta / message.appended / tool.* / plan.* / turn.ended). Tool
+// rows pair a toolCall block with its toolResult (matched by id); a result whose
+// call lies in an older, unloaded page shows on its own until that page loads.
+// Assistant text is shown as plain text at once and swapped for the host's
+// rendered Markdown (markdown.render, batched) when it arrives.
+
+import { h, duration, shortArgs, explain, bytes, clip, mayDo, PERMISSION_LABEL } from './util.js';
+import { lineDiff, renderDiff, diffStats } from './diff.js';
+
+const OUTPUT_SHOWN = 20000;
+const USER_CLAMP_CHARS = 700;
+const USER_CLAMP_LINES = 12;
+const APPROVAL_STATUS = {
+  pending: 'awaiting approval', approved: 'approved', rejected: 'rejected', expired: 'expired', interrupted: 'interrupted',
+};
+const EXECUTION_TEXT = {
+  queued: 'execution queued', running: 'execution running', completed: 'execution completed',
+  failed: 'execution failed', aborted: 'execution aborted', interrupted: 'execution interrupted',
+};
+
+export class Transcript {
+  constructor({ scroller, list, earlier }, actions) {
+    this.scroller = scroller;
+    this.list = list;
+    this.earlier = earlier;
+    this.actions = actions;
+    this.mdCache = new Map();
+    this.view = null;
+  }
+
+  reset(view) {
+    this.view = view;
+    this.els = new Map(); // message id -> element
+    this.tools = new Map(); // tool call id -> {call, result, callMsg, resultMsg, row, approxMs, liveMs, running}
+    this.cards = new Map(); // approval id -> element
+    this.cardUi = new Map(); // approval id -> {perm, feedback, diffOpen}
+    this.streams = new Map(); // message id -> {el, text}
+    this.turnLast = new Map(); // turn id -> seq of its last shown message
+    this.lastMsg = null;
+    this.list.replaceChildren();
+    this.list.classList.add('loading');
+    this.earlier.replaceChildren();
+  }
+
+  // ---- whole pages ----------------------------------------------------------------
+
+  setMessages(messages) {
+    const frag = document.createDocumentFragment();
+    this._collect(messages);
+    for (const m of messages) {
+      const el = this._render(m);
+      if (el) frag.append(el);
+    }
+    this.list.append(frag);
+    this.list.classList.remove('loading');
+    this._notesFromTurns();
+    this.scrollToBottom();
+  }
+
+  prepend(messages) {
+    const before = this.scroller.scrollHeight;
+    const top = this.scroller.scrollTop;
+    this._collect(messages);
+    const frag = document.createDocumentFragment();
+    for (const m of messages) {
+      if (this.els.has(m.id)) continue;
+      const el = this._render(m);
+      if (el) frag.append(el);
+    }
+    this.list.prepend(frag);
+    this._notesFromTurns();
+    for (const a of this.view.approvals.values()) if (!this.cards.has(a.id)) this.renderApproval(a);
+    this.scroller.scrollTop = top + (this.scroller.scrollHeight - before);
+  }
+
+  // Index tool calls/results and approximate durations before any row is built.
+  _collect(messages) {
+    let prev = null;
+    for (const m of messages) {
+      for (const b of m.content) {
+        if (b.type === 'toolCall') {
+          const info = this._tool(b.id);
+          info.call = b;
+          info.callMsg = m;
+        } else if (b.type === 'toolResult') {
+          const info = this._tool(b.toolCallId);
+          info.result = b;
+          info.resultMsg = m;
+          if (prev && info.approxMs === undefined) {
+            const ms = Date.parse(m.createdAt) - Date.parse(prev.createdAt);
+            if (ms >= 0) info.approxMs = ms;
+          }
+        }
+      }
+      prev = m;
+    }
+  }
+
+  _tool(id) {
+    let info = this.tools.get(id);
+    if (!info) {
+      info = {};
+      this.tools.set(id, info);
+    }
+    return info;
+  }
+
+  // ---- live events ----------------------------------------------------------------
+
+  delta(ev) {
+    if (this.els.has(ev.messageId)) return; // already final
+    const stick = this.atBottom();
+    let stream = this.streams.get(ev.messageId);
+    if (!stream) {
+      const text = document.createTextNode('');
+      const body = h('div', { class: 'md plain' }, text);
+      const el = h('article', { class: 'msg msg-assistant streaming', dataset: { id: ev.messageId, turn: ev.turnId, seq: 'Infinity' } },
+        h('div', { class: 'msg-who' }, 'Agent'),
+        h('div', { class: 'msg-body' }, body, h('span', { class: 'caret', 'aria-hidden': 'true' })));
+      stream = { el, text };
+      this.streams.set(ev.messageId, stream);
+      this.list.append(el);
+    }
+    stream.text.appendData(ev.text);
+    if (stick) this.scrollToBottom();
+  }
+
+  upsert(m) {
+    if (this.els.has(m.id)) return;
+    const stick = this.atBottom();
+    this._collect(this.lastMsg ? [this.lastMsg, m] : [m]);
+    const el = this._render(m);
+    const stream = this.streams.get(m.id);
+    if (stream) {
+      this.streams.delete(m.id);
+      if (el) stream.el.replaceWith(el);
+      else stream.el.remove();
+    } else if (el) {
+      this._insert(el, m.seq);
+    }
+    if (stick) this.scrollToBottom();
+    this.actions.upgradeMarkdown();
+  }
+
+  toolStarted(ev) {
+    const info = this._tool(ev.toolCallId);
+    info.running = true;
+    info.startedAt = performance.now();
+    this._refreshRow(ev.toolCallId);
+  }
+
+  toolFinished(ev) {
+    const info = this._tool(ev.toolCallId);
+    info.running = false;
+    info.liveMs = ev.durationMs;
+    if (!info.result) info.finished = { ok: ev.ok, errorCode: ev.errorCode || null };
+    this._refreshRow(ev.toolCallId);
+  }
+
+  permissionsChanged() {
+    for (const [id, info] of this.tools) if (info.row) this._refreshRow(id);
+  }
+
+  turnEnded(ev) {
+    for (const [id, stream] of this.streams) {
+      if (stream.el.dataset.turn === ev.turnId) {
+        stream.el.classList.remove('streaming');
+        stream.el.querySelector('.caret')?.remove();
+        this.streams.delete(id);
+      }
+    }
+    for (const [id, info] of this.tools) {
+      if (info.running && info.callMsg?.turnId === ev.turnId) {
+        info.running = false;
+        this._refreshRow(id);
+      }
+    }
+    this._note(ev.turnId, ev.reason, ev.errorCode);
+  }
+
+  // Text is streaming or a tool is running: the transcript itself shows the agent at work.
+  active() {
+    if (this.streams.size) return true;
+    for (const info of this.tools.values()) if (info.running) return true;
+    return false;
+  }
+
+  // ---- rendering ------------------------------------------------------------------
+
+  _render(m) {
+    if (m.role === 'tool') {
+      // Results update their call's row; a result whose call is not loaded stands alone.
+      let orphan = null;
+      for (const b of m.content) {
+        if (b.type !== 'toolResult') continue;
+        const info = this._tool(b.toolCallId);
+        if (info.row) this._refreshRow(b.toolCallId);
+        else if (!info.call) orphan = orphan || this._article(m, 'msg-tool', 'Tool', []);
+        if (orphan && !info.call) {
+          info.orphan = orphan;
+          orphan.querySelector('.msg-body').append(this._row(b.toolCallId));
+        }
+      }
+      if (orphan) {
+        this.els.set(m.id, orphan);
+        orphan._message = m;
+      }
+      this._track(m);
+      return orphan;
+    }
+    const parts = [];
+    const turn = this.view.turns.get(m.turnId);
+    if (m.role === 'user') {
+      const text = m.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+      // a host-authored execution prompt repeats the approved contract: show its head only
+      const long = turn?.origin === 'execution' || text.length > USER_CLAMP_CHARS || text.split('\n').length > USER_CLAMP_LINES;
+      const body = h('div', { class: `user-text${long ? ' clamped' : ''}` }, text);
+      parts.push(body);
+      if (long) {
+        parts.push(h('button', {
+          class: 'link more', type: 'button',
+          onclick: (e) => { body.classList.toggle('clamped'); e.target.textContent = body.classList.contains('clamped') ? 'Show all' : 'Show less'; },
+        }, 'Show all'));
+      }
+      const atts = m.content.filter((b) => b.type === 'attachment');
+      if (atts.length) parts.push(h('div', { class: 'att-list' }, atts.map((a) => h('span', { class: 'att', title: `${a.mime}, ${bytes(a.size)}` }, a.kind === 'image' ? '🖼 ' : '📄 ', a.name))));
+    } else {
+      for (const b of m.content) {
+        if (b.type === 'text') {
+          if (b.text) parts.push(this._markdown(b.text));
+        } else if (b.type === 'toolCall') {
+          const info = this._tool(b.id);
+          if (info.orphan) { // its result showed alone until this older page arrived
+            info.orphan.remove();
+            this.els.delete(info.resultMsg?.id);
+            info.orphan = null;
+          }
+          parts.push(this._row(b.id));
+        }
+      }
+      if (!parts.length) return this._track(m) && null;
+    }
+    const who = m.role === 'user' ? userLabel(turn?.origin) : 'Agent';
+    const el = this._article(m, m.role === 'user' ? `msg-user${turn?.origin === 'execution' ? ' msg-host' : ''}` : 'msg-assistant', who, parts);
+    this.els.set(m.id, el);
+    el._message = m;
+    this._track(m);
+    // approval cards follow the row of the call that submitted them
+    for (const b of m.content) {
+      if (b.type !== 'toolCall') continue;
+      for (const a of this.view.approvals.values()) if (a.toolCallId === b.id) this._placeCard(a, el);
+    }
+    return el;
+  }
+
+  _track(m) {
+    if (!this.lastMsg || this.lastMsg.seq < m.seq) this.lastMsg = m;
+    if (m.turnId && (this.turnLast.get(m.turnId) ?? -1) < m.seq) this.turnLast.set(m.turnId, m.seq);
+    return true;
+  }
+
+  _article(m, cls, who, parts) {
+    const canFork = m.role !== 'tool';
+    return h('article', { class: `msg ${cls}`, dataset: { id: m.id, seq: String(m.seq), turn: m.turnId || '' } },
+      h('div', { class: 'msg-who' }, who),
+      h('div', { class: 'msg-body' }, parts),
+      canFork && h('div', { class: 'msg-actions' },
+        h('button', {
+          class: 'fork', type: 'button', title: 'Start a new session with the conversation up to this message',
+          onclick: () => this.actions.fork(this._forkPoint(m)),
+        }, 'Fork from here')));
+  }
+
+  // Forking from an assistant message keeps the results of its tool calls when they are known.
+  _forkPoint(m) {
+    let through = m;
+    for (const b of m.content) {
+      if (b.type !== 'toolCall') continue;
+      const r = this.tools.get(b.id)?.resultMsg;
+      if (r && r.seq > through.seq) through = r;
+    }
+    return through.id;
+  }
+
+  _insert(el, seq) {
+    let node = this.list.lastElementChild;
+    while (node && Number(node.dataset.seq) > seq) node = node.previousElementSibling;
+    if (node) node.after(el);
+    else this.list.prepend(el);
+  }
+
+  _markdown(text) {
+    const html = this.mdCache.get(text);
+    if (html !== undefined) {
+      const el = h('div', { class: 'md' });
+      setHtml(el, html);
+      return el;
+    }
+    const el = h('div', { class: 'md plain', dataset: { pending: '1' } }, text);
+    el._source = text;
+    return el;
+  }
+
+  // The texts still shown plain; ``apply`` swaps in rendered HTML.
+  pendingMarkdown() {
+    return [...this.list.querySelectorAll('.md[data-pending]')].map((el) => el._source).filter((t) => t !== undefined && !this.mdCache.has(t));
+  }
+
+  applyMarkdown(rendered) {
+    for (const [text, html] of rendered) this.mdCache.set(text, html);
+    for (const el of this.list.querySelectorAll('.md[data-pending]')) {
+      const html = this.mdCache.get(el._source);
+      if (html === undefined) continue;
+      setHtml(el, html);
+      el.classList.remove('plain');
+      delete el.dataset.pending;
+    }
+  }
+
+  // ---- tool rows ------------------------------------------------------------------
+
+  _row(callId) {
+    const info = this._tool(callId);
+    const call = info.call;
+    const result = info.result;
+    const name = call?.name || result?.name || 'tool';
+    const finished = result || info.finished;
+    const waiting = [...this.view.permissions.values()].some((p) => p.toolCallId === callId && p.status === 'pending');
+    let state = 'none';
+    if (finished) state = finished.ok ? 'ok' : 'error';
+    else if (waiting) state = 'waiting';
+    else if (info.running || (call && this._turnRunning(info.callMsg?.turnId))) state = 'running';
+    const code = finished?.errorCode;
+    const ms = info.liveMs ?? info.approxMs;
+    const statusText = { ok: 'done', error: 'failed', waiting: 'waiting for your permission', running: 'running', none: 'no result' }[state];
+    const summary = h('summary', null,
+      h('span', { class: 'tool-state', title: statusText, 'aria-label': statusText }),
+      h('span', { class: 'tool-name' }, name),
+      h('code', { class: 'tool-args' }, call ? shortArgs(name, call.args) : ''),
+      code && h('span', { class: 'tool-code' }, code),
+      state === 'waiting' && h('span', { class: 'tool-wait' }, 'waiting for your permission'),
+      h('span', { class: 'tool-dur', title: info.liveMs === undefined && ms !== undefined ? 'approximate, from message times' : 'duration' },
+        ms !== undefined && finished ? `${info.liveMs === undefined ? '≈' : ''}${duration(ms)}` : ''));
+    const detail = h('div', { class: 'tool-detail' });
+    if (call) detail.append(h('div', { class: 'tool-label' }, 'Arguments'), h('pre', { class: 'tool-fullargs' }, JSON.stringify(call.args, null, 2)));
+    if (result) {
+      const out = result.output || '';
+      detail.append(h('div', { class: 'tool-label' }, result.ok ? 'Output' : 'Result'),
+        h('pre', { class: 'tool-out' }, out.length > OUTPUT_SHOWN ? `${out.slice(0, OUTPUT_SHOWN)}\n… ${out.length - OUTPUT_SHOWN} more characters` : out || '(empty)'));
+    }
+    const details = h('details', { class: 'tool-details' }, summary, detail);
+    const row = h('div', { class: `tool tool-${state}`, dataset: { call: callId, name } }, details);
+    if (code) row.append(h('p', { class: 'tool-explain' }, explain(code) || code));
+    if (name === 'ReportCriteria' && Array.isArray(call?.args?.results)) {
+      row.append(h('ul', { class: 'criteria-report' }, call.args.results.map((r) => h('li', { class: `crit-${r.outcome}` },
+        h('span', { class: `crit-badge crit-${r.outcome}` }, r.outcome), h('span', { class: 'crit-name' }, r.criterion),
+        r.evidence && h('span', { class: 'crit-evidence' }, ` — ${r.evidence}`)))));
+    }
+    info.row = row;
+    return row;
+  }
+
+  _refreshRow(callId) {
+    const info = this.tools.get(callId);
+    if (!info?.row) return;
+    const old = info.row;
+    const open = old.querySelector('details')?.open;
+    const row = this._row(callId);
+    if (open) row.querySelector('details').open = true;
+    old.replaceWith(row);
+  }
+
+  _turnRunning(turnId) {
+    const s = this.actions.session();
+    return !!turnId && s?.currentTurnId === turnId && s.status !== 'idle';
+  }
+
+  // ---- turn notes -----------------------------------------------------------------
+
+  _notesFromTurns() {
+    for (const t of this.view.turns.values()) {
+      if (t.state === 'ended' && t.reason !== 'completed') this._note(t.id, t.reason, t.errorCode);
+    }
+  }
+
+  _note(turnId, reason, code) {
+    if (reason === 'completed' || !turnId) return;
+    if (this.list.querySelector(`.turn-note[data-turn="${CSS.escape(turnId)}"]`)) return;
+    const seq = this.turnLast.get(turnId);
+    if (seq === undefined) return;
+    const label = reason === 'aborted' ? 'Turn aborted' : 'Turn failed';
+    const el = h('div', { class: `turn-note note-${reason}`, dataset: { turn: turnId, seq: String(seq + 0.5) }, role: 'note' },
+      h('strong', null, label), code && h('code', null, code), code && explain(code) && h('span', null, explain(code)));
+    this._insert(el, seq + 0.5);
+  }
+
+  // ---- approval cards ---------------------------------------------------------------
+
+  renderApproval(a) {
+    const old = this.cards.get(a.id);
+    if (old) {
+      const fresh = this._card(a);
+      old.replaceWith(fresh);
+      this.cards.set(a.id, fresh);
+      return;
+    }
+    const msg = this.tools.get(a.toolCallId)?.callMsg;
+    const host = msg && this.els.get(msg.id);
+    if (host) this._placeCard(a, host);
+    else if (a.status === 'pending') {
+      const wrap = h('div', { class: 'msg msg-card', dataset: { seq: 'Infinity' } }, this._card(a));
+      this.list.append(wrap);
+      this.cards.set(a.id, wrap.firstChild);
+    }
+  }
+
+  _placeCard(a, host) {
+    if (this.cards.has(a.id)) return;
+    const card = this._card(a);
+    const row = host.querySelector(`.tool[data-call="${CSS.escape(a.toolCallId)}"]`);
+    if (row) row.after(card);
+    else host.querySelector('.msg-body').append(card);
+    this.cards.set(a.id, card);
+  }
+
+  _card(a) {
+    const ui = this.cardUi.get(a.id) || { perm: 'ask', feedback: '', diffOpen: true };
+    this.cardUi.set(a.id, ui);
+    const det = this.actions.approvalDetails(a);
+    const kind = a.kind === 'goal' ? 'Goal' : 'Plan';
+    const pending = a.status === 'pending';
+    const head = h('header', { class: 'card-head' },
+      h('span', { class: `kind kind-${a.kind}` }, kind),
+      h('h3', { class: 'card-title' }, a.title),
+      h('span', { class: `badge approval-${a.status}` }, APPROVAL_STATUS[a.status] || a.status),
+      a.executionId && a.executionState !== 'none' && h('span', { class: `badge exec-${a.executionState}` }, EXECUTION_TEXT[a.executionState] || a.executionState));
+    const meta = h('div', { class: 'artifact' },
+      h('span', { class: 'artifact-path', title: 'the contract file, inside the project' }, h('code', null, a.artifactPath)),
+      h('span', { class: 'artifact-hash', title: `sha256 ${a.artifactSha256}` }, 'sha256 ', h('code', { class: 'sha' }, a.artifactSha256.slice(0, 12))),
+      h('span', { class: 'artifact-size' }, bytes(a.artifactSize)),
+      a.revises && h('span', { class: 'artifact-rev' }, 'revision'));
+    const parts = [head, h('p', { class: 'question' }, a.question), meta];
+    if (a.kind === 'goal' && a.criteria?.length) {
+      parts.push(h('div', { class: 'criteria' }, h('h4', null, 'Acceptance criteria'), h('ol', null, a.criteria.map((c) => h('li', null, c)))));
+    }
+    const body = h('div', { class: 'md card-md' });
+    if (det?.html !== undefined) setHtml(body, det.html);
+    else body.append(h('p', { class: 'muted' }, det?.error ? `Could not load the ${kind.toLowerCase()}: ${det.error}` : `Loading the ${kind.toLowerCase()}…`));
+    if (pending) parts.push(body);
+    else parts.push(h('details', { class: 'card-body' }, h('summary', null, `Show the ${kind.toLowerCase()}`), body));
+    if (a.revises && det?.prev !== undefined) {
+      const ops = lineDiff(det.prev, det.markdown);
+      const { added, removed } = diffStats(ops);
+      const d = h('details', { class: 'card-diff', ontoggle: (e) => { ui.diffOpen = e.target.open; } },
+        h('summary', null, 'Changes since the previous revision ', h('span', { class: 'diff-add-n' }, `+${added}`), ' ', h('span', { class: 'diff-del-n' }, `−${removed}`)),
+        renderDiff(ops));
+      d.open = pending && ui.diffOpen;
+      parts.push(d);
+    }
+    if (pending) parts.push(this._decide(a, ui));
+    else if (a.status === 'approved') {
+      parts.push(h('p', { class: 'card-outcome' }, `Approved. The execution runs in Agent mode with permissions `,
+        h('strong', null, PERMISSION_LABEL[a.permissionMode] || a.permissionMode), '.'));
+    } else if (a.status === 'rejected') {
+      parts.push(h('p', { class: 'card-outcome' }, 'Rejected.', a.feedback ? ' Your feedback:' : ' No feedback given.'));
+      if (a.feedback) parts.push(h('blockquote', { class: 'feedback-quote' }, a.feedback));
+    } else {
+      const why = a.status === 'expired' ? explain('PLAN_APPROVAL_TIMEOUT') : explain('PLAN_APPROVAL_INTERRUPTED');
+      parts.push(h('div', { class: 'card-outcome card-stale' }, h('p', null, why),
+        h('button', { type: 'button', class: 'fork-approval', onclick: () => this.actions.forkFromApproval(a, this.tools.get(a.toolCallId)) }, 'Fork from here')));
+    }
+    return h('section', { class: `card approval approval-${a.status}`, dataset: { approval: a.id }, 'aria-label': `${kind}: ${a.title}` }, parts);
+  }
+
+  _decide(a, ui) {
+    const copy = h('p', { class: 'may-do' });
+    const showCopy = () => {
+      const m = mayDo('agent', ui.perm);
+      copy.className = `may-do level-${m.level}`;
+      copy.textContent = `After approval: ${m.text}`;
+    };
+    showCopy();
+    const select = h('select', {
+      class: 'approve-perm', 'aria-label': 'permission mode for the execution',
+      onchange: (e) => { ui.perm = e.target.value; showCopy(); },
+    }, ['ask', 'accept-edits', 'auto'].map((p) => h('option', { value: p }, `${PERMISSION_LABEL[p]}${p === 'ask' ? ' (default)' : ''}`)));
+    select.value = ui.perm;
+    const feedback = h('textarea', {
+      class: 'feedback', rows: '2', placeholder: 'Feedback for the agent (optional, sent with Reject)',
+      oninput: (e) => { ui.feedback = e.target.value; },
+    });
+    feedback.value = ui.feedback;
+    const busy = (btn, fn) => async () => {
+      btn.disabled = true;
+      try { await fn(); } finally { btn.disabled = false; }
+    };
+    const approve = h('button', { type: 'button', class: 'primary approve' }, 'Approve');
+    approve.addEventListener('click', busy(approve, () => this.actions.resolvePlan(a, 'approve', ui.perm, null)));
+    const reject = h('button', { type: 'button', class: 'reject' }, 'Reject');
+    reject.addEventListener('click', busy(reject, () => this.actions.resolvePlan(a, 'reject', null, ui.feedback.trim() || null)));
+    const deadline = new Date(a.deadline);
+    return h('div', { class: 'decide' },
+      h('label', { class: 'decide-perm' }, h('span', null, 'Run it with permissions'), select),
+      copy,
+      feedback,
+      h('div', { class: 'decide-actions' }, approve, reject,
+        !Number.isNaN(deadline.getTime()) && h('span', { class: 'deadline muted' }, `decide by ${deadline.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}`)));
+  }
+
+  // ---- scrolling ------------------------------------------------------------------
+
+  // Show a card that asks for a decision: all of it when it fits, else from its top.
+  reveal(approvalId) {
+    const card = this.cards.get(approvalId);
+    if (!card) return;
+    const view = this.scroller.getBoundingClientRect();
+    const box = card.getBoundingClientRect();
+    if (box.height + 16 > view.height) {
+      if (this._again) cancelAnimationFrame(this._again); // a pending jump to the bottom would hide its top
+      this._again = null;
+      this.scroller.scrollTop += box.top - view.top - 8;
+    } else {
+      this.scrollToBottom();
+    }
+  }
+
+  atBottom() {
+    const s = this.scroller;
+    return s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+  }
+
+  // Off-screen messages are laid out lazily (content-visibility), so the first jump lands on
+  // estimated heights: jump again once the frame has laid out what is now on screen.
+  scrollToBottom() {
+    this.scroller.scrollTop = this.scroller.scrollHeight;
+    if (this._again) return;
+    this._again = requestAnimationFrame(() => {
+      this._again = null;
+      this.scroller.scrollTop = this.scroller.scrollHeight;
+    });
+  }
+}
+
+function userLabel(origin) {
+  if (origin === 'execution') return 'Host · execution';
+  if (origin === 'queued') return 'You · queued';
+  if (origin === 'scheduled') return 'Schedule';
+  return 'You';
+}
+
+// HTML from the host's renderer (markdown.render / plans.get): CommonMark with raw HTML
+// shown as text and only safe link schemes. Links open outside the page, without a referrer.
+export function setHtml(el, html) {
+  el.innerHTML = html;
+  for (const a of el.querySelectorAll('a[href]')) {
+    a.target = '_blank';
+    a.rel = 'noopener noreferrer';
+  }
+}
+
+// A permission card for the dock: tool, arguments, and the three answers.
+export function permissionCard(req, session, actions) {
+  const contract = session && session.mode !== 'agent';
+  const args = req.args || {};
+  let shown;
+  if (req.tool === 'Bash') shown = h('pre', { class: 'perm-args' }, h('span', { class: 'prompt-sign' }, '$ '), args.command ?? '');
+  else if (req.tool === 'Write') shown = [h('div', { class: 'perm-path' }, h('code', null, args.path)), h('pre', { class: 'perm-args' }, clip(args.content ?? '', 2000))];
+  else if (req.tool === 'Edit') shown = [h('div', { class: 'perm-path' }, h('code', null, args.path)), h('pre', { class: 'perm-args' }, `− ${args.oldText ?? ''}\n+ ${args.newText ?? ''}`)];
+  else shown = h('pre', { class: 'perm-args' }, JSON.stringify(args, null, 2));
+  const answer = (decision, remember) => async (e) => {
+    const buttons = e.target.closest('.perm-actions').querySelectorAll('button');
+    buttons.forEach((b) => { b.disabled = true; });
+    try { await actions.resolvePermission(req, decision, remember); } finally { buttons.forEach((b) => { b.disabled = false; }); }
+  };
+  return h('section', { class: 'card perm-card', dataset: { request: req.id }, role: 'alertdialog', 'aria-label': `Permission for ${req.tool}` },
+    h('header', { class: 'perm-head' }, h('span', { class: 'perm-icon', 'aria-hidden': 'true' }, '!'),
+      h('span', null, 'The agent wants to use ', h('strong', { class: 'perm-tool' }, req.tool))),
+    shown,
+    h('div', { class: 'perm-actions' },
+      h('button', { type: 'button', class: 'primary allow-once', onclick: answer('allow') }, 'Allow once'),
+      !contract && h('button', { type: 'button', class: 'allow-session', onclick: answer('allow', 'session'), title: `Allow ${req.tool} without asking for the rest of this session` }, 'Allow for this session'),
+      h('button', { type: 'button', class: 'danger deny', onclick: answer('deny') }, 'Deny')),
+    contract && h('p', { class: 'muted small' }, 'In Plan and Goal every shell command asks (unless permissions are auto); there is no session-wide allow.'));
+}
