@@ -30,6 +30,13 @@ class SessionDeleted(Event, tag="session.deleted", frozen=True):
     session_id: str
 
 
+class SessionTruncated(Event, tag="session.truncated", frozen=True):
+    """A smart stop cut the transcript: messages with seq >= ``from_seq`` are gone."""
+
+    session_id: str
+    from_seq: int
+
+
 class TurnStarted(Event, tag="turn.started", frozen=True):
     session_id: str
     turn_id: str
@@ -109,6 +116,7 @@ class NotificationCreated(Event, tag="notification.created", frozen=True):
 AnyEvent = (
     SessionUpdated
     | SessionDeleted
+    | SessionTruncated
     | TurnStarted
     | MessageDelta
     | MessageAppended

@@ -49,6 +49,7 @@ class ToolResultBlock(Record, tag="toolResult", tag_field="type"):
     ok: bool
     output: str
     error_code: str | None = None
+    duration_ms: int | None = None  # how long the tool ran (a pidesk addition)
 
 
 class AttachmentBlock(Record, tag="attachment", tag_field="type"):

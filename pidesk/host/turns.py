@@ -32,6 +32,7 @@ from pidesk.core.events import (
     PermissionResolved,
     PlanResolved,
     QueueChanged,
+    SessionTruncated,
     TurnEnded,
     TurnStarted,
 )
@@ -193,7 +194,8 @@ class Turns:
                 log.error("turn %s did not stop within %ss of its abort", live.turn_id, ABORT_GRACE_SECONDS)
         if restore:
             assert live.root_message_id is not None
-            await self.p.in_thread(self.p.store.cut_from, session_id, live.root_message_id, lambda _db: None)
+            cut = await self.p.in_thread(self.p.store.cut_from, session_id, live.root_message_id, lambda _db: None)
+            self.p.bus.publish(SessionTruncated(session_id=session_id, from_seq=cut))
         with self.p.store.db.tx() as db:
             repo.end_activity(db, session_id, live.turn_id)
         self._release(live)

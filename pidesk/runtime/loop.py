@@ -177,7 +177,8 @@ async def _run_batch(ctx: TurnContext, calls: list[ToolCallBlock]) -> TurnEnd | 
 
 async def _record(ctx: TurnContext, call: ToolCallBlock, result: ToolResult, duration_ms: int) -> None:
     block = ToolResultBlock(
-        tool_call_id=call.id, name=call.name, ok=result.ok, output=result.output, error_code=result.error_code
+        tool_call_id=call.id, name=call.name, ok=result.ok, output=result.output, error_code=result.error_code,
+        duration_ms=duration_ms,
     )
     await ctx.append("tool", [block])
     ctx.tool_finished(call, result, duration_ms)

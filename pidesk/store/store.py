@@ -185,7 +185,7 @@ class Store:
             location = repo.message_location(db, session_id, message_id)
         return location[0] if location else None
 
-    def cut_from(self, session_id: str, message_id: str, before_commit: Callable[[Any], None]) -> None:
+    def cut_from(self, session_id: str, message_id: str, before_commit: Callable[[Any], None]) -> int:
         """Smart stop: cut the transcript back to just before ``message_id``.
 
         The transcript is truncated (and fsynced) first, then the index rows go in
@@ -205,6 +205,7 @@ class Store:
                 repo.delete_messages_from(db, session_id, seq, offset)
                 before_commit(db)
             self._last_seq[session_id] = seq - 1
+        return int(seq)
 
     # ---- write-behind index ---------------------------------------------------------------
 

@@ -84,6 +84,7 @@ async def test_rule04_smart_stop_restores_the_draft_before_output_and_keeps_part
     s = await session(host, project)
     sid = s["id"]
     provider.enqueue(sid, {"gate": "before"}, {"gateAfter": "after", "text": "partial answer"})
+    sub = host.subscribe()
     attachment = await host.call("attachments.put", {"name": "notes.txt", "mime": "text/plain",
                                                      "data": "bm90ZXMgb24gd29yaw=="})
     await host.call("agent.prompt", {"sessionId": sid, "text": "draft text", "attachments": [attachment]})
@@ -91,6 +92,7 @@ async def test_rule04_smart_stop_restores_the_draft_before_output_and_keeps_part
     aborted = await host.call("agent.abort", {"sessionId": sid, "smart": True})
     assert aborted == {"aborted": True, "restoredDraft": {"text": "draft text", "attachments": [attachment]}}
     assert (await state(host, sid))["messages"] == []
+    assert [(e.session_id, e.from_seq) for _, e in sub.pending() if isinstance(e, ev.SessionTruncated)] == [(sid, 1)]
     assert (await host.call("session.turns", {"sessionId": sid}))["turns"][-1]["reason"] == "aborted"
     # once output has begun, abort keeps the partial transcript and restores nothing
     await prompt(host, sid, "second")

@@ -39,7 +39,7 @@ TURN = {"id", "sessionId", "seq", "origin", "state", "reason", "errorCode", "sta
 USAGE = {"inputTokens", "outputTokens", "cacheTokens"}
 BLOCKS = {"text": ({"type", "text"}, set()),
           "toolCall": ({"type", "id", "name", "args"}, set()),
-          "toolResult": ({"type", "toolCallId", "name", "ok", "output"}, {"errorCode"}),
+          "toolResult": ({"type", "toolCallId", "name", "ok", "output"}, {"errorCode", "durationMs"}),
           "attachment": ({"type", "kind", "name", "mime", "size", "ref"}, set())}
 # Additions pidesk documents in docs/protocol-notes.md (accepted, and checked, beside PROTOCOL.md's fields)
 SESSION_ADDED = {"usage"}
@@ -62,6 +62,7 @@ EVENTS = {
     "turn.ended": ({"sessionId", "turnId", "reason"}, {"errorCode"}),
     "notification.created": ({"notification"}, set()),
     "session.deleted": ({"sessionId"}, set()),  # docs/protocol-notes.md; not in PROTOCOL.md's table
+    "session.truncated": ({"sessionId", "fromSeq"}, set()),  # docs/protocol-notes.md, likewise
 }
 
 
