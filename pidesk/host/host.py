@@ -305,7 +305,7 @@ class Host:
         return {"entryId": entry.id, "position": entry.position}
 
     async def agent_queue_list(self, session_id: Any) -> dict[str, Any]:
-        return {"entries": self.queue.list(session_id)}
+        return {"entries": self.queue.entries(session_id)}
 
     async def agent_queue_remove(self, session_id: Any, entry_id: Any) -> dict[str, Any]:
         self.queue.remove(session_id, entry_id)
@@ -352,7 +352,7 @@ class Host:
         return self.schedules.create(name, cron, project_path, prompt, mode, permission_mode)
 
     async def schedules_list(self) -> dict[str, Any]:
-        return {"schedules": self.schedules.list()}
+        return {"schedules": self.schedules.all()}
 
     async def schedules_delete(self, schedule_id: Any) -> dict[str, Any]:
         self.schedules.delete(schedule_id)

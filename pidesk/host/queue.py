@@ -42,7 +42,7 @@ class Queue:
         await self.release(session.id)
         return entry
 
-    def list(self, session_id: Any) -> list[QueueEntry]:
+    def entries(self, session_id: Any) -> list[QueueEntry]:
         session = self.p.session(validate.ident(session_id, "sessionId"))
         with self.p.store.db.read() as db:
             return repo.queue_entries(db, session.id)

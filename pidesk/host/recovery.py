@@ -34,7 +34,7 @@ def recover(parts: Parts) -> Recovery:
         running = repo.running_turns(db)
         counts = repo.interrupt_everything(db)
         if any(counts.values()) or boot.restored_sessions or boot.quarantined:
-            repo.audit(db, "host.recovered", None, **counts, restored=boot.restored_sessions,
+            repo.audit(db, "host.recovered", None, None, **counts, restored=boot.restored_sessions,
                        quarantined=boot.quarantined)
     with parts.store.db.read() as db:
         held = repo.sessions_with_queue(db)

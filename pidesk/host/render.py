@@ -21,7 +21,7 @@ def _renderer() -> Any:
     from markdown_it import MarkdownIt
 
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
-    md.validateLink = _safe_link
+    md.validateLink = _safe_link  # type: ignore[method-assign]
     return md
 
 

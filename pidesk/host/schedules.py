@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from croniter import croniter
+from croniter import croniter  # type: ignore[import-untyped]
 
 from pidesk.core.errors import Code, InvalidParams, NotFound
 from pidesk.core.modes import Mode, PermissionMode, TurnOrigin, TurnReason
@@ -60,9 +60,7 @@ class Schedules:
         expression = validate.text(cron, "cron")
         if not croniter.is_valid(expression):
             raise InvalidParams(f"cron {expression!r} is not a cron expression (e.g. '0 9 * * 1-5')")
-        project = Path(validate.text(project_path, "projectPath")).expanduser()
-        if not project.is_absolute() or not project.is_dir():
-            raise InvalidParams(f"projectPath {project_path!r} must be an absolute path to a directory")
+        project = validate.project_dir(project_path)
         schedule = Schedule(
             id=new_id("sc"), name=label, cron=expression, project_path=str(project.resolve()),
             prompt=validate.text(prompt, "prompt"), mode=validate.enum(mode or "agent", Mode, "mode"),
@@ -75,7 +73,7 @@ class Schedules:
         self._changed.set()
         return schedule
 
-    def list(self) -> list[Schedule]:
+    def all(self) -> list[Schedule]:
         with self.p.store.db.read() as db:
             return repo.list_schedules(db)
 
@@ -112,7 +110,7 @@ class Schedules:
     async def tick(self, now: datetime) -> list[dict[str, Any]]:
         """Fire every enabled schedule that is due at ``now``, once each."""
         fired = []
-        for schedule in self.list():
+        for schedule in self.all():
             if schedule.enabled and parse_iso(schedule.next_run_at) <= now:
                 with self.p.store.db.tx() as db:
                     repo.set_next_run(db, schedule.id, iso(_next(schedule.cron, now)))
@@ -125,7 +123,7 @@ class Schedules:
                 await self.tick(self.clock())
             except Exception:
                 log.exception("a scheduled run could not start")
-            upcoming = [parse_iso(s.next_run_at) for s in self.list() if s.enabled]
+            upcoming = [parse_iso(s.next_run_at) for s in self.all() if s.enabled]
             wait = min([(d - self.clock()).total_seconds() for d in upcoming] + [MAX_SLEEP])
             self._changed.clear()
             try:

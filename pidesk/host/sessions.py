@@ -37,12 +37,7 @@ class Sessions:
         chosen_permission = validate.enum(permission_mode or "ask", PermissionMode, "permissionMode")
         session_id = new_id("s")
         if project_path is not None:
-            project = Path(validate.text(project_path, "projectPath")).expanduser()
-            if not project.is_absolute():
-                raise InvalidParams(f"projectPath must be absolute; got {project_path!r}")
-            if not project.is_dir():
-                raise InvalidParams(f"projectPath {project_path!r} is not a directory")
-            project = project.resolve()
+            project: Path | None = validate.project_dir(project_path)
             root = project
         else:
             if chosen_mode.is_contract:
@@ -72,7 +67,7 @@ class Sessions:
 
     def list(self, project_path: Any = None) -> list[Session]:
         if project_path is not None:
-            project_path = str(Path(validate.text(project_path, "projectPath")).expanduser().resolve())
+            project_path = str(validate.project_dir(project_path, must_exist=False))
         with self.p.store.db.read() as db:
             return repo.list_sessions(db, project_path)
 

@@ -7,6 +7,7 @@ checks its arguments' types itself.
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
@@ -27,6 +28,21 @@ def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
     if len(value) > MAX_TEXT:
         raise InvalidParams(f"{name} is longer than {MAX_TEXT} characters")
     return value
+
+
+def project_dir(value: Any, name: str = "projectPath", *, must_exist: bool = True) -> Path:
+    """An absolute project directory, resolved (symlinks followed); anything unusable is INVALID_PARAMS."""
+    raw = text(value, name)
+    try:
+        path = Path(raw).expanduser()
+        if not path.is_absolute():
+            raise InvalidParams(f"{name} must be an absolute path; got {raw!r}")
+        resolved = path.resolve()
+        if must_exist and not resolved.is_dir():
+            raise InvalidParams(f"{name} {raw!r} is not a directory")
+    except (OSError, RuntimeError, ValueError) as exc:  # ~nosuchuser, a symlink loop, a name too long
+        raise InvalidParams(f"{name} {raw!r} is not a usable path: {exc}") from None
+    return resolved
 
 
 def optional_text(value: Any, name: str) -> str | None:

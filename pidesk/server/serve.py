@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import secrets
 import signal
 import socket
@@ -27,6 +28,7 @@ from pidesk.core.errors import StartupRefused
 from pidesk.host import Host
 from pidesk.providers.base import Provider
 from pidesk.server.app import create_app
+from pidesk.server.protocol import ReapingH11Protocol
 from pidesk.server.rpc import MAX_FRAME
 from pidesk.store.lock import DataDirLock
 
@@ -71,9 +73,10 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
     port = sock.getsockname()[1]
     extra = () if options.bind in LOOPBACK else (options.bind,)
     app = create_app(host, token, lambda: port, extra)
+    _raise_fd_limit()
     server = uvicorn.Server(uvicorn.Config(
-        app, ws="websockets-sansio", ws_max_size=MAX_FRAME, log_level="warning", lifespan="off",
-        timeout_graceful_shutdown=5, access_log=False,
+        app, http=ReapingH11Protocol, ws="websockets-sansio", ws_max_size=MAX_FRAME, log_level="warning",
+        lifespan="off", timeout_graceful_shutdown=5, access_log=False,
     ))
     config_ = server.config
     config_.load()
@@ -109,6 +112,14 @@ def _warm_up(host: Host) -> asyncio.Future[None] | None:
     """Import a vendor SDK in the background once serving, so the first prompt does not pay for it."""
     warm_up = getattr(host.parts.provider, "warm_up", None)
     return asyncio.ensure_future(asyncio.to_thread(warm_up)) if callable(warm_up) else None
+
+
+def _raise_fd_limit() -> None:
+    """Every client is a descriptor: take the soft open-files limit up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def _request_exit(server: uvicorn.Server) -> None:
