@@ -12,6 +12,7 @@ that span them (a prompt needs an idle session).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import re
 from collections.abc import Callable
@@ -441,14 +442,19 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+@functools.cache
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
 def _wire_params(fn: Callable[..., Any]) -> dict[str, str]:
     """camelCase wire name -> Python parameter, for the positional-or-keyword params of a method."""
-    sig = inspect.signature(fn)
+    sig = _signature(getattr(fn, "__func__", fn))
     return {
         _camel(name): name for name, param in sig.parameters.items()
-        if param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name != "client_id"
+        if param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name not in ("self", "client_id")
     }
 
 
 def _required(fn: Callable[..., Any], name: str) -> bool:
-    return inspect.signature(fn).parameters[name].default is inspect.Parameter.empty
+    return _signature(getattr(fn, "__func__", fn)).parameters[name].default is inspect.Parameter.empty

@@ -43,21 +43,19 @@ class AnthropicProvider(SdkProvider):
         self._max_tokens = max_tokens
 
     def warm_up(self) -> None:
-        """Import the SDK now (blocking, ~1.7 s) so the first request does not wait for it."""
-        import anthropic  # noqa: F401
+        """Import the SDK and build the client now (blocking, ~1.7 s) so no request waits for it."""
+        self._connect()
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "model": self.model,
-            "max_tokens": self._max_tokens,
-            "messages": anthropic_messages(request.messages),
-            "stream": True,
-        }
+        # Wire-format messages and tools go in extra_body, past the SDK's per-request transform
+        # of the whole history (the same body is sent; see OpenAIProvider._params).
+        body: dict[str, Any] = {"messages": anthropic_messages(request.messages)}
         if request.system:
-            params["system"] = request.system
+            body["system"] = request.system
         if request.tools:
-            params["tools"] = anthropic_tools(request.tools)
-        return params
+            body["tools"] = anthropic_tools(request.tools)
+        return {"model": self.model, "max_tokens": self._max_tokens, "messages": [], "stream": True,
+                "extra_body": body}
 
     def _connect(self) -> tuple[Any, SdkErrors]:
         if self._client is None or self._errors is None:
@@ -74,7 +72,7 @@ class AnthropicProvider(SdkProvider):
 
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Failure, None]:
         try:
-            client, errors = self._connect()
+            client, errors = await self._connected()
         except Exception as exc:  # e.g. an unusable base URL
             yield Failure("fatal", f"cannot set up the anthropic client: {exc}")
             return

@@ -34,6 +34,15 @@ class SdkProvider:
             await self._client.close()
             self._client = None
 
+    async def _connected(self) -> tuple[Any, SdkErrors]:
+        """The client, built off the event loop the first time (importing an SDK takes ~1 s)."""
+        if self._client is None or self._errors is None:
+            return await asyncio.to_thread(self._connect)
+        return self._client, self._errors
+
+    def _connect(self) -> tuple[Any, SdkErrors]:
+        raise NotImplementedError
+
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         return stream_with_retries(lambda: self._attempt(request), self._policy, self._sleep, secret=self._api_key)
 
