@@ -46,6 +46,7 @@ class HostTurnContext:
         self.executions = executions
         self.delegates = delegates
         self._tools: dict[str, Tool] | None = None
+        self._transcript: list[Message] | None = None
 
     @property
     def stop_requested(self) -> bool:
@@ -66,7 +67,11 @@ class HostTurnContext:
         return specs
 
     def history(self) -> list[Message]:
-        return model_view(self.p.store.messages(self.session_id), self.p.config.context_limit)
+        # Read the transcript once per turn; this turn is the session's only writer meanwhile,
+        # and every message it persists is added here by ``append``.
+        if self._transcript is None:
+            self._transcript = self.p.store.messages(self.session_id)
+        return model_view(self._transcript, self.p.config.context_limit)
 
     def new_message_id(self) -> str:
         return new_id("m")
@@ -90,6 +95,8 @@ class HostTurnContext:
             self.p.store.append_message, self.session_id, self.turn_id, role, content, message_id
         )
         self.p.bus.publish(MessageAppended(session_id=self.session_id, turn_id=self.turn_id, message=message))
+        if self._transcript is not None:
+            self._transcript.append(message)
         return message
 
     def tool_started(self, call: ToolCallBlock) -> None:
