@@ -27,7 +27,7 @@ from typing import Any
 
 from pidesk.providers.base import Done, ModelRequest, StreamEvent, TextDelta, ToolCall, UsageReport
 from pidesk.providers.convert import anthropic_messages, anthropic_tools, parse_arguments
-from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, SdkErrors, Sleep
+from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, Sleep
 from pidesk.providers.sdk import SdkProvider
 
 DEFAULT_MAX_TOKENS = 8192
@@ -57,31 +57,20 @@ class AnthropicProvider(SdkProvider):
         return {"model": self.model, "max_tokens": self._max_tokens, "messages": [], "stream": True,
                 "extra_body": body}
 
-    def _connect(self) -> tuple[Any, SdkErrors]:
-        if self._client is None or self._errors is None:
-            import anthropic
-            import anyio
-            import httpx2
+    def _sdk(self) -> tuple[Any, Any]:
+        import anthropic
 
-            self._client = anthropic.AsyncAnthropic(api_key=self._api_key, base_url=self._base_url, max_retries=0)
-            self._errors = SdkErrors(
-                "anthropic", anthropic.APIStatusError, anthropic.APIConnectionError, anthropic.APIError,
-                (httpx2.HTTPError, anyio.EndOfStream, anyio.BrokenResourceError),
-            )
-        return self._client, self._errors
+        return anthropic, anthropic.AsyncAnthropic
+
+    async def _create(self, client: Any, params: dict[str, Any]) -> Any:
+        return await client.messages.create(**params)
 
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Failure, None]:
-        try:
-            client, errors = await self._connected()
-        except Exception as exc:  # e.g. an unusable base URL
-            yield Failure("fatal", f"cannot set up the anthropic client: {exc}")
+        started = await self._start(request)
+        if isinstance(started, Failure):
+            yield started
             return
-        params = self._params(request)  # an exception here is a PROVIDER_ERROR (the retry driver's rule)
-        try:
-            stream = await client.messages.create(**params)
-        except Exception as exc:
-            yield errors.request_failure(exc)
-            return
+        stream, errors = started
         reply = _Reply()
         try:
             async with stream:

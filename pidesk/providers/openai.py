@@ -30,7 +30,7 @@ from typing import Any
 from pidesk.core.errors import Code
 from pidesk.providers.base import Done, ModelRequest, StreamEvent, TextDelta, ToolCall, UsageReport
 from pidesk.providers.convert import openai_messages, openai_tools, parse_arguments
-from pidesk.providers.retry import Failure, SdkErrors
+from pidesk.providers.retry import Failure
 from pidesk.providers.sdk import SdkProvider
 
 
@@ -51,31 +51,20 @@ class OpenAIProvider(SdkProvider):
         return {"model": self.model, "messages": [], "stream": True, "stream_options": {"include_usage": True},
                 "extra_body": body}
 
-    def _connect(self) -> tuple[Any, SdkErrors]:
-        if self._client is None or self._errors is None:
-            import anyio
-            import httpx2
-            import openai
+    def _sdk(self) -> tuple[Any, Any]:
+        import openai
 
-            self._client = openai.AsyncOpenAI(api_key=self._api_key, base_url=self._base_url, max_retries=0)
-            self._errors = SdkErrors(
-                "openai", openai.APIStatusError, openai.APIConnectionError, openai.APIError,
-                (httpx2.HTTPError, anyio.EndOfStream, anyio.BrokenResourceError),
-            )
-        return self._client, self._errors
+        return openai, openai.AsyncOpenAI
+
+    async def _create(self, client: Any, params: dict[str, Any]) -> Any:
+        return await client.chat.completions.create(**params)
 
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Failure, None]:
-        try:
-            client, errors = await self._connected()
-        except Exception as exc:  # e.g. an unusable base URL
-            yield Failure("fatal", f"cannot set up the openai client: {exc}")
+        started = await self._start(request)
+        if isinstance(started, Failure):
+            yield started
             return
-        params = self._params(request)  # an exception here is a PROVIDER_ERROR (the retry driver's rule)
-        try:
-            stream = await client.chat.completions.create(**params)
-        except Exception as exc:
-            yield errors.request_failure(exc)
-            return
+        stream, errors = started
         reply = _Reply()
         try:
             async with stream:

@@ -41,6 +41,38 @@ class SdkProvider:
         return self._client, self._errors
 
     def _connect(self) -> tuple[Any, SdkErrors]:
+        if self._client is None or self._errors is None:
+            import anyio
+            import httpx2
+
+            sdk, client_class = self._sdk()
+            self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0)
+            self._errors = SdkErrors(
+                self.vendor, sdk.APIStatusError, sdk.APIConnectionError, sdk.APIError,
+                (httpx2.HTTPError, anyio.EndOfStream, anyio.BrokenResourceError),
+            )
+        return self._client, self._errors
+
+    async def _start(self, request: ModelRequest) -> tuple[Any, SdkErrors] | Failure:
+        """Open one streaming request: (the SDK's stream, its error mapper), or why it failed."""
+        try:
+            client, errors = await self._connected()
+        except Exception as exc:  # e.g. an unusable base URL
+            return Failure("fatal", f"cannot set up the {self.vendor} client: {exc}")
+        params = self._params(request)  # an exception here is a PROVIDER_ERROR (the retry driver's rule)
+        try:
+            return await self._create(client, params), errors
+        except Exception as exc:
+            return errors.request_failure(exc)
+
+    def _sdk(self) -> tuple[Any, Any]:
+        """The vendor's SDK module and its async client class (imported here, lazily)."""
+        raise NotImplementedError
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def _create(self, client: Any, params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
