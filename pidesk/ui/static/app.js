@@ -11,9 +11,10 @@ import { h, clip, explain, PERMISSION_LABEL } from './util.js';
 import { Transcript } from './transcript.js';
 import { createLayout } from './layout.js';
 import { createComposer } from './composer.js';
+import { createSchedules } from './schedules.js';
 import {
   S, addUnread, busy, byUpdated, currentSession, newView, normPath, projectKey, putApproval, putPermission,
-  putSession, sessionsIn,
+  pendingModes, putSession, sessionsIn,
 } from './state.js';
 
 performance.mark('pidesk:script');
@@ -38,6 +39,7 @@ const el = {
   file: $('file'), atts: $('attachments'), newSession: $('new-session'), addProject: $('add-project'),
   addProjectForm: $('add-project-form'), addProjectInput: $('add-project-input'), toasts: $('toasts'),
   composer: $('composer'), banner: $('banner'), working: $('working'), workingText: $('working-text'),
+  schedulesButton: $('schedules-button'), schedulesDialog: $('schedules-dialog'),
 };
 
 const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/rpc?token=${encodeURIComponent(token)}`;
@@ -62,6 +64,8 @@ const { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty } = creat
   queueAction,
   resolvePermission,
 });
+
+createSchedules(el, { rpc, toast: (what, kind) => toast(what, kind) });
 
 // ---- connection ---------------------------------------------------------------------
 
@@ -557,13 +561,27 @@ function cycleMode(step = 1) {
   }
   const next = allowed[(allowed.indexOf(s.mode) + step + allowed.length) % allowed.length];
   S.sessions.set(s.id, { ...s, mode: next, planState: next === 'agent' ? 'inactive' : 'planning' }); // shown at once; the host confirms
+  const pending = pendingModes.get(s.id) || { mode: next, count: 0 };
+  pending.mode = next;
+  pending.count += 1;
+  pendingModes.set(s.id, pending);
   renderComposer();
   renderHead();
   modeChain = modeChain.then(async () => {
+    let confirmed = null;
+    let failure = null;
     try {
-      putSession(await rpc.call('session.setMode', { sessionId: s.id, mode: next }));
+      confirmed = await rpc.call('session.setMode', { sessionId: s.id, mode: next });
     } catch (err) {
-      toast(err);
+      failure = err;
+    } finally {
+      pending.count -= 1;
+      if (pending.count === 0) pendingModes.delete(s.id);
+    }
+    if (failure === null) {
+      putSession(confirmed);
+    } else {
+      toast(failure);
       try { putSession((await rpc.call('session.get', { sessionId: s.id, limit: 1 })).session, true); } catch { /* reconnect re-reads */ }
     }
     if (S.current === s.id) { renderComposer(); renderHead(); renderSidebar(); }
@@ -716,6 +734,7 @@ document.addEventListener('keydown', (e) => {
     el.addProjectForm.hidden = true;
     return;
   }
+  if (e.target.closest?.('dialog')) return; // Esc in the schedules dialog closes it, never aborts
   if (e.target.closest?.('.card')) return; // Esc inside a card (its feedback box) never aborts the turn
   const s = currentSession();
   if (s && s.status !== 'idle') {

@@ -30,9 +30,15 @@ export const S = {
 // merge keeps the newer: sessions by updatedAt, approvals and permission requests by
 // their one-way lifecycles.
 
+// Mode changes sent and not all confirmed yet, per session: {mode, count}. While any is in
+// flight, the host's echoes of the earlier ones must not flip the chip back (Shift+Tab twice fast).
+export const pendingModes = new Map();
+
 export function putSession(s, force = false) {
   const known = S.sessions.get(s.id);
   if (!force && known && known.updatedAt > s.updatedAt) return false;
+  const pending = pendingModes.get(s.id);
+  if (pending) s = { ...s, mode: pending.mode, planState: pending.mode === 'agent' ? 'inactive' : 'planning' };
   S.sessions.set(s.id, s);
   return true;
 }
