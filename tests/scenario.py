@@ -25,8 +25,10 @@ def tool(name: str, **args: Any) -> dict[str, Any]:
     return {"toolCalls": [{"name": name, "args": args}]}
 
 
-async def ended(sub: Subscription, turn_id: str | None = None) -> ev.TurnEnded:
-    event = await sub.wait_for(lambda e: isinstance(e, ev.TurnEnded) and (turn_id is None or e.turn_id == turn_id))
+async def ended(sub: Subscription, turn_id: str | None = None, timeout: float = 10.0) -> ev.TurnEnded:
+    """The end of ``turn_id`` (or of any turn); ``timeout`` bounds a turn that runs a browser or a slow tool."""
+    event = await sub.wait_for(lambda e: isinstance(e, ev.TurnEnded) and (turn_id is None or e.turn_id == turn_id),
+                               timeout)
     assert isinstance(event, ev.TurnEnded)
     return event
 

@@ -103,7 +103,7 @@ async def run(host: Any, provider: Any, root: Path, *calls: dict[str, Any], perm
     s = await session(host, root, permissionMode=permission_mode)
     sub = host.subscribe()
     provider.enqueue(s["id"], *calls, {"text": "done"})
-    await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    await ended(sub, (await prompt(host, s["id"]))["turnId"], timeout=45)  # BrowserPreview starts Chromium twice
     return s["id"], (await state(host, s["id"]))["messages"]
 
 
