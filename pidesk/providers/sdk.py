@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -10,8 +11,9 @@ from pidesk.providers.base import ModelRequest, StreamEvent
 from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, RetryPolicy, SdkErrors, Sleep, stream_with_retries
 
 
-class SdkProvider:
-    """A provider over a vendor SDK; subclasses implement ``_attempt`` (one request) and ``warm_up``."""
+class SdkProvider(ABC):
+    """A provider over a vendor SDK: subclasses name the SDK, build the request, start it, and
+    turn one streamed response into events (``_attempt``)."""
 
     vendor = ""
 
@@ -65,18 +67,21 @@ class SdkProvider:
         except Exception as exc:
             return errors.request_failure(exc)
 
+    @abstractmethod
     def _sdk(self) -> tuple[Any, Any]:
         """The vendor's SDK module and its async client class (imported here, lazily)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _params(self, request: ModelRequest) -> dict[str, Any]:
-        raise NotImplementedError
+        """The vendor's request body for ``request``."""
 
+    @abstractmethod
     async def _create(self, client: Any, params: dict[str, Any]) -> Any:
-        raise NotImplementedError
+        """Start the streaming request; returns the SDK's stream."""
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         return stream_with_retries(lambda: self._attempt(request), self._policy, self._sleep, secret=self._api_key)
 
+    @abstractmethod
     def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Failure, None]:
-        raise NotImplementedError
+        """One request's events, ending in ``Done`` or a ``Failure`` the retry driver judges."""
