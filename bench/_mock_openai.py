@@ -9,7 +9,14 @@ the request body, so any number of sessions can talk to one server at once:
 * ``tool_loop(n)``: a Bash ``echo`` call until the conversation holds ``n``
   tool results, then a final text answer (``bench/tool_loop.py``);
 * ``read_then_answer``: a Read of README.md when the last message is the
-  user's, else a short text answer — one tool call per turn (``bench/rpc_load.py``).
+  user's, else a short text answer — one tool call per turn (``bench/rpc_load.py``);
+* ``load_mix``: the mix of ``bench/load_soak.py``, steered by the request itself.
+  In Plan mode (the offered tools include SubmitPlan) a Read of README.md, then
+  a SubmitPlan with a small Markdown plan; in an execution turn (the turn's
+  user message is the host's "Approved plan: …") a Bash ``echo``, then text;
+  otherwise the prompt's tag picks one tool call before the text answer:
+  ``[read]`` a Read, ``[bash]`` a Bash ``echo``, ``[slow]`` a Bash ``sleep``
+  (a turn that lasts a while, for queue pushes), ``[text]`` none.
 
 Every request is recorded as a ``Hit``: when it had fully arrived and when the
 last byte of its answer was written (``time.perf_counter``), so the gap between
@@ -18,7 +25,7 @@ an answer's end and the next request is the harness's time per tool call.
 Run in a thread of the benchmark (``MockOpenAI(policy).start()``) or as its own
 process, which prints its base URL and serves until stdin closes::
 
-    python bench/_mock_openai.py --policy read_then_answer
+    python bench/_mock_openai.py --policy read_then_answer   # or load_mix
 """
 
 from __future__ import annotations
@@ -53,7 +60,45 @@ def read_then_answer(body: dict[str, Any]) -> Answer:
     return "Read it; all good.", []
 
 
-POLICIES: dict[str, Policy] = {"read_then_answer": read_then_answer}
+def load_mix(body: dict[str, Any]) -> Answer:
+    messages = body.get("messages", [])
+    start = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    prompt = _text(messages[start].get("content")) if start >= 0 else ""
+    called = [call["function"]["name"] for m in messages[start + 1:] if m.get("role") == "assistant"
+              for call in m.get("tool_calls") or []]
+    tools = {t.get("function", {}).get("name") for t in body.get("tools", [])}
+    if "SubmitPlan" in tools:
+        if "Read" not in called:
+            return "Let me look first.", [{"name": "Read", "arguments": json.dumps({"path": "README.md"})}]
+        if "SubmitPlan" not in called:
+            title = prompt.splitlines()[0][:60] if prompt else "a plan"
+            markdown = (f"# {title}\n\n## Steps\n\n1. Read README.md again.\n2. Run `echo step`.\n"
+                        "3. Report what was found.\n")
+            return "Here is my plan.", [{"name": "SubmitPlan", "arguments": json.dumps(
+                {"title": title, "markdown": markdown, "question": "May I carry this out?"})}]
+        return "The plan is settled.", []
+    if prompt.startswith("Approved plan:"):
+        tool, args = "Bash", {"command": "echo executing the plan"}
+    elif "[read]" in prompt:
+        tool, args = "Read", {"path": "README.md"}
+    elif "[bash]" in prompt:
+        tool, args = "Bash", {"command": "echo hello"}
+    elif "[slow]" in prompt:
+        tool, args = "Bash", {"command": "sleep 0.3; echo slept"}
+    else:
+        return "Noted.", []
+    if tool not in called:
+        return "", [{"name": tool, "arguments": json.dumps(args)}]
+    return "Done.", []
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):  # content parts
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
+POLICIES: dict[str, Policy] = {"read_then_answer": read_then_answer, "load_mix": load_mix}
 
 
 @dataclass

@@ -145,10 +145,10 @@ def served(scratch: Path, data_dir: Path, model: str | None, env_extra: dict[str
 
 
 @contextmanager
-def mock_openai(scratch: Path) -> Iterator[tuple[str, int]]:
+def mock_openai(scratch: Path, policy: str = "read_then_answer") -> Iterator[tuple[str, int]]:
     """``_mock_openai`` in its own process (so its work is not this script's); yields its base URL and pid."""
     err = (scratch / "mock.err").open("wb")
-    proc = subprocess.Popen([sys.executable, str(MOCK), "--policy", "read_then_answer"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(MOCK), "--policy", policy], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=err)
     try:
         url = read_line(proc, 20).decode().strip()
@@ -204,7 +204,10 @@ class RpcFailed(Exception):
 
 
 class Ws:
-    """A JSON-RPC client over one WebSocket; every event is kept with its arrival time."""
+    """A JSON-RPC client over one WebSocket; every event is kept with its arrival time
+    (unless ``keep_events`` is false: a long run hands them to its listeners only)."""
+
+    keep_events = True
 
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
@@ -227,7 +230,8 @@ class Ws:
                 now = time.perf_counter()
                 message = json.loads(raw)
                 if message.get("method") == "event":
-                    self.events.append((now, message["params"]))
+                    if self.keep_events:
+                        self.events.append((now, message["params"]))
                     for listener in self.listeners:
                         listener(now, message["params"])
                     continue
