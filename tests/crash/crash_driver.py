@@ -16,6 +16,9 @@ prints ``{"survived": true}`` and exits 0, which the parent reports as a failure
 ``nth`` > 1 kills on that hit of the point (a point the scenario passes through
 earlier, e.g. the user message before the tool row). A phase that must not be
 killed (building the state a crash then hits) opens the host unarmed.
+
+With ``options.lossy`` (``{"journal", "watch", "kill"}``) the lossy disk of
+``lossy_disk.py`` is installed before the scenario runs, for the lost-writes tests.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import scenario as sc  # noqa: E402
 from crash_harness import ATTACHMENT, contract  # noqa: E402
 
 from pidesk.config import HostConfig  # noqa: E402
+from pidesk.core import events as ev  # noqa: E402
 from pidesk.faults import NO_FAULTS, Faults  # noqa: E402
 from pidesk.host import Host  # noqa: E402
 from pidesk.providers.scripted import ScriptedProvider  # noqa: E402
@@ -81,6 +85,12 @@ class Child:
             faults = Faults(points, "kill") if self.nth == 1 else KillOnNthHit(points, "kill", nth=self.nth)
         self.provider = ScriptedProvider()
         return Host.open(HostConfig(data_dir=self.data_dir, faults=faults), self.provider)
+
+    def die(self) -> None:
+        """SIGKILL now; under the lossy disk, between two of its recorded operations."""
+        if LOSSY:
+            LOSSY[0].die()
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def transcript_sha(self, session_id: str) -> str:
         return hashlib.sha256((self.data_dir / "transcripts" / f"{session_id}.jsonl").read_bytes()).hexdigest()
@@ -378,8 +388,124 @@ async def recovery_killed(c: Child) -> None:
     c.open(armed=False)
 
 
+# ---- lost and torn writes: under the lossy disk (tests/crash/lossy_disk.py) -------------------------
+#
+# These scenarios run with every transcript, blob and artifact mutation journaled, and end by
+# dying (or the layer kills them at a chosen mutation). They acknowledge one record per line:
+# {"message", "session", "seq", "role"} once the host announces a message, {"session"} once
+# session.create or session.fork returns, {"blob"} once attachments.put returns,
+# {"approval", "artifact", "sha"} once a plan is requested, {"approved"} once its approval
+# returns, {"deleting"} / {"deleted"} around session.delete.
+
+
+def follow_messages(host: Host, quiet: set[str]) -> asyncio.Task[None]:
+    """Acknowledge every message the host announces, except in ``quiet`` sessions (a smart stop may cut them)."""
+    sub = host.subscribe()
+
+    async def run() -> None:
+        while True:
+            _seq, event = await sub.next()
+            if isinstance(event, ev.MessageAppended) and event.session_id not in quiet:
+                m = event.message
+                ack(message=m.id, session=m.session_id, seq=m.seq, role=m.role)
+
+    return asyncio.get_running_loop().create_task(run())
+
+
+async def _attach(c: Child, host: Host, sub: Any) -> None:
+    """Put an attachment, then prompt a new session with it."""
+    put = await host.call("attachments.put", {"name": ATTACHMENT["name"], "mime": ATTACHMENT["mime"],
+                                              "data": ATTACHMENT["data"]})
+    ack(blob=put["ref"])
+    s = await sc.session(host, c.project, title="attached", permissionMode="auto")
+    ack(session=s["id"])
+    started = await host.call("agent.prompt", {"sessionId": s["id"], "text": "look at this",
+                                               "attachments": [ATTACHMENT]})
+    await sc.ended(sub, started["turnId"])
+
+
+async def _plan_approved_and_executed(c: Child, host: Host, sub: Any) -> None:
+    p = await sc.session(host, c.project, title="P", mode="plan")
+    ack(session=p["id"])
+    c.provider.enqueue(p["id"], contract("plan"), {"text": "Executed the plan."})
+    started = await sc.prompt(host, p["id"], "plan it")
+    requested = (await sc.plan_requested(sub)).approval
+    ack(approval=requested.id, artifact=requested.artifact_path, sha=requested.artifact_sha256)
+    await host.call("plans.resolve", {"approvalId": requested.id, "sessionId": p["id"], "turnId": started["turnId"],
+                                      "decision": "approve", "permissionMode": "auto"})
+    ack(approved=requested.id)
+    await sub.wait_for(lambda e: isinstance(e, ev.TurnEnded) and e.session_id == p["id"]
+                       and e.turn_id != started["turnId"])
+
+
+@scenario
+async def lossy_workload(c: Child) -> None:
+    """Every kind of durable write the store does, in order, then death: appends (user, assistant,
+    tool), a blob, a plan artifact and its approval and execution, a fork, a delete, a smart stop."""
+    host = c.open(armed=False)
+    quiet: set[str] = set()
+    follow_messages(host, quiet)
+    sub = host.subscribe()
+    a = await sc.session(host, c.project, title="A", permissionMode="auto")
+    ack(session=a["id"])
+    c.provider.enqueue(a["id"], sc.tool("Read", path="README.md"), {"text": "Read it."}, {"text": "Second answer."})
+    started = await sc.prompt(host, a["id"], "read the readme")
+    await sc.ended(sub, started["turnId"])
+    started = await sc.prompt(host, a["id"], "and again")
+    await sc.ended(sub, started["turnId"])
+    await _attach(c, host, sub)
+    await _plan_approved_and_executed(c, host, sub)
+    fork = await host.call("session.fork", {"sessionId": a["id"]})
+    ack(session=fork["id"])
+    for m in (await sc.state(host, fork["id"]))["messages"]:
+        ack(message=m["id"], session=fork["id"], seq=m["seq"], role=m["role"])
+    started = await sc.prompt(host, fork["id"], "continue in the fork")
+    await sc.ended(sub, started["turnId"])
+    d = await sc.session(host, c.project, title="D")
+    ack(session=d["id"])
+    started = await sc.prompt(host, d["id"], "doomed")
+    await sc.ended(sub, started["turnId"])
+    ack(deleting=d["id"])
+    await host.call("session.delete", {"sessionId": d["id"]})
+    ack(deleted=d["id"])
+    s = await sc.session(host, c.project, title="S")
+    quiet.add(s["id"])
+    ack(session=s["id"])
+    c.provider.enqueue(s["id"], {"gate": "hold"})
+    await sc.prompt(host, s["id"], "oops")
+    await c.provider.wait_reached("hold")
+    await host.call("agent.abort", {"sessionId": s["id"], "smart": True})
+    c.die()
+
+
+@scenario
+async def lossy_attach(c: Child) -> None:
+    """Put an attachment and send it in a prompt, then die."""
+    host = c.open(armed=False)
+    follow_messages(host, set())
+    await _attach(c, host, host.subscribe())
+    c.die()
+
+
+@scenario
+async def lossy_plan(c: Child) -> None:
+    """Submit a plan, approve it, let it execute, then die."""
+    host = c.open(armed=False)
+    follow_messages(host, set())
+    await _plan_approved_and_executed(c, host, host.subscribe())
+    c.die()
+
+
+LOSSY: list[Any] = []
+
+
 def main() -> None:
     name, spec = sys.argv[1], json.loads(sys.argv[2])
+    lossy = spec.get("options", {}).get("lossy")
+    if lossy:
+        from lossy_disk import install
+
+        LOSSY.append(install(Path(lossy["journal"]), [Path(p) for p in lossy["watch"]], lossy.get("kill")).layer)
     asyncio.run(SCENARIOS[name](Child(spec)))
     ack(survived=True)
 

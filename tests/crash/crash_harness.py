@@ -53,22 +53,28 @@ def contract_markdown(kind: str) -> str:
 
 def crash(scenario: str, data_dir: Path, project: Path, point: str, *, nth: int = 1, **options: Any) -> dict[str, Any]:
     """Run ``scenario`` in a child armed to SIGKILL itself at ``point``; return its acknowledgements."""
+    acks: dict[str, Any] = {}
+    for line in crash_log(scenario, data_dir, project, point, nth=nth, **options):
+        acks.update(line)
+    return acks
+
+
+def crash_log(scenario: str, data_dir: Path, project: Path, point: str, *, nth: int = 1,
+              **options: Any) -> list[dict[str, Any]]:
+    """``crash``, returning every acknowledgement line in order (a key may repeat)."""
     spec = {"dataDir": str(data_dir), "project": str(project), "point": point, "nth": nth, "options": options}
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIDESK_")}
     proc = subprocess.run(
         [sys.executable, str(DRIVER), scenario, json.dumps(spec)],
         capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env, check=False,
     )
-    acks: dict[str, Any] = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            acks.update(json.loads(line))
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == -signal.SIGKILL, (
         f"the child of {scenario!r} should have died by SIGKILL at {point} (hit {nth}), "
-        f"but exited with {proc.returncode}; it acknowledged {acks}\n--- stderr ---\n{proc.stderr[-4000:]}"
+        f"but exited with {proc.returncode}; it acknowledged {lines}\n--- stderr ---\n{proc.stderr[-4000:]}"
     )
-    assert "survived" not in acks
-    return acks
+    assert not any("survived" in line for line in lines)
+    return lines
 
 
 def rows(host: Host, sql: str, *params: Any) -> list[tuple[Any, ...]]:
