@@ -56,6 +56,8 @@ class HostConfig:
     strict_planning: bool = False
     # the config file's [plugins.mcp.<name>] tables (validated by pidesk.plugins.mcp_tools)
     mcp_servers: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # turns doing CPU work on the event loop at once (pidesk.runtime.gate): RPCs wait behind at most this many
+    step_slots: int = 2
 
     @classmethod
     def from_environ(

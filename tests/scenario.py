@@ -33,6 +33,17 @@ async def ended(sub: Subscription, turn_id: str | None = None, timeout: float = 
     return event
 
 
+async def all_ended(sub: Subscription, turn_ids: list[str], timeout: float = 10.0) -> dict[str, ev.TurnEnded]:
+    """The ends of every turn in ``turn_ids``, in whatever order they come."""
+    waiting, ends = set(turn_ids), {}
+    while waiting:
+        event = await sub.wait_for(lambda e: isinstance(e, ev.TurnEnded) and e.turn_id in waiting, timeout)
+        assert isinstance(event, ev.TurnEnded)
+        waiting.discard(event.turn_id)
+        ends[event.turn_id] = event
+    return ends
+
+
 async def plan_requested(sub: Subscription) -> ev.PlanRequested:
     event = await sub.wait_for(lambda e: isinstance(e, ev.PlanRequested))
     assert isinstance(event, ev.PlanRequested)

@@ -97,7 +97,7 @@ class DelegateContext:
 
     async def run(self) -> str:
         await self.append("user", [TextBlock(text=self._prompt)])
-        end = await run_turn(self, self.p.provider)  # type: ignore[arg-type]
+        end = await run_turn(self, self.p.provider, self.p.gate)  # type: ignore[arg-type]
         if isinstance(end, Failed):
             return f"{self.agent} failed: {end.code}"
         last = next((m for m in reversed(self.messages) if m.role == "assistant" and m.text()), None)

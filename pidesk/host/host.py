@@ -45,6 +45,7 @@ from pidesk.host.sessions import Sessions
 from pidesk.host.turns import Turns
 from pidesk.plugins.hooks import EventHooks, turn_ended_payload
 from pidesk.providers.base import Provider
+from pidesk.runtime.gate import StepGate
 from pidesk.ids import utcnow
 from pidesk.store import Store, repo
 
@@ -56,7 +57,8 @@ MAX_PAGE = 1000
 class Host:
     def __init__(self, config: HostConfig, provider: Provider, store: Store,
                  clock: Callable[[], datetime] = utcnow) -> None:
-        self.parts = Parts(config=config, store=store, bus=EventBus(), live=Live(), provider=provider)
+        self.parts = Parts(config=config, store=store, bus=EventBus(), live=Live(), provider=provider,
+                           gate=StepGate(config.step_slots))
         p = self.parts
         self.sessions = Sessions(p)
         self.turns = Turns(p)

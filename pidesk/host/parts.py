@@ -13,6 +13,7 @@ from pidesk.core.records import Session
 from pidesk.host.bus import EventBus
 from pidesk.host.live import Live
 from pidesk.providers.base import Provider
+from pidesk.runtime.gate import StepGate
 from pidesk.store import Store, repo
 
 
@@ -23,6 +24,7 @@ class Parts:
     bus: EventBus
     live: Live
     provider: Provider
+    gate: StepGate  # shared by every turn and delegate of the host
     plugin_tools: Any = None  # pidesk.plugins.mcp_tools.McpTools when the config names MCP servers
 
     def session(self, session_id: str) -> Session:

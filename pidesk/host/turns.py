@@ -129,7 +129,7 @@ class Turns:
             else:
                 assert self.context_factory is not None
                 ctx = self.context_factory(live)
-                end = await run_turn(ctx, self.p.provider)  # type: ignore[arg-type]
+                end = await run_turn(ctx, self.p.provider, self.p.gate)  # type: ignore[arg-type]
                 await Delegates.settle(live, end)  # seed 003 §3 rule 17
         except asyncio.CancelledError:
             if not live.decided:  # cancelled by shutdown, not by abort

@@ -7,6 +7,11 @@
          mode and permission state itself), run, and its result persisted
       -> loop
 
+The whole loop runs inside a slot of the host's ``StepGate`` (runtime/gate.py):
+every await on something outside the turn (the model stream, a tool, a user's
+answer, a durable append) goes through ``slot.wait_for``, which gives the slot
+up when the wait is long, so RPCs stay quick however many turns are busy.
+
 The loop owns no state that outlives the turn and makes no policy decision: it
 asks its ``TurnContext`` (implemented by the host) for everything. A provider
 failure is a value (``Done("error")``), never an exception. Cancellation is the
@@ -26,6 +31,7 @@ from pidesk.core.errors import Code
 from pidesk.core.policy import Allow, Deny, batch_is_exclusive_violation
 from pidesk.core.records import Block, Message, TextBlock, ToolCallBlock, ToolResultBlock, Usage
 from pidesk.providers.base import Done, ModelRequest, Provider, TextDelta, ToolCall, UsageReport
+from pidesk.runtime.gate import Slot, StepGate
 from pidesk.tools.base import ToolResult
 
 
@@ -82,106 +88,125 @@ _SUBMIT_TOOLS = frozenset({"SubmitPlan", "SubmitGoal"})
 MAX_MODEL_CALLS = 200  # a bound on every turn's loop
 
 
-async def run_turn(ctx: TurnContext, provider: Provider) -> TurnEnd:
-    nudged = False
-    for _ in range(MAX_MODEL_CALLS):
-        for text in ctx.take_steers():
-            await ctx.append("user", [TextBlock(text=text)])
-        if ctx.stop_requested:  # a graceful stop ends the turn as if the model had: the host may refuse
-            verdict = ctx.may_end(True)
-            return Completed() if isinstance(verdict, Nudge) else verdict
-        message_id = ctx.new_message_id()
-        blocks, done = await _stream(ctx, provider, message_id)
-        if done.stop_reason in ("error", "aborted"):
-            if blocks:
-                await ctx.append("assistant", blocks, message_id)
-            return Failed(done.error_code or Code.PROVIDER_ERROR)
-        await ctx.append("assistant", blocks or [TextBlock(text="")], message_id)
-        calls = [b for b in blocks if isinstance(b, ToolCallBlock)]
-        if not calls:
-            verdict = ctx.may_end(nudged)
-            if isinstance(verdict, Nudge):
-                nudged = True
-                await ctx.append("user", [TextBlock(text=verdict.text)])
-                continue
-            return verdict
-        end = await _run_batch(ctx, calls)
-        if end is not None:
-            return end
-    return Failed(Code.INTERNAL)
+async def run_turn(ctx: TurnContext, provider: Provider, gate: StepGate | None = None) -> TurnEnd:
+    async with (gate or StepGate()).slot() as slot:
+        return await _Turn(ctx, slot).run(provider)
 
 
-async def _stream(ctx: TurnContext, provider: Provider, message_id: str) -> tuple[list[Block], Done]:
-    request = ModelRequest(
-        session_id=ctx.session_id, turn_id=ctx.turn_id, system=ctx.system_prompt(),
-        messages=ctx.history(), tools=ctx.tool_specs(), agent=ctx.agent,
-    )
-    text: list[str] = []
-    calls: list[ToolCallBlock] = []
-    done = Done("error", Code.STREAM_FAILED, "the stream ended without a stop reason")
-    async with aclosing(provider.stream(request)) as stream:
-        async for event in stream:
-            if isinstance(event, TextDelta):
-                if not text:
+class _Turn:
+    """One turn's loop, holding its slot of the step gate."""
+
+    def __init__(self, ctx: TurnContext, slot: Slot) -> None:
+        self.ctx = ctx
+        self.slot = slot
+
+    async def append(self, role: str, content: list[Block], message_id: str | None = None) -> Message:
+        return await self.slot.wait_for(self.ctx.append(role, content, message_id))
+
+    async def run(self, provider: Provider) -> TurnEnd:
+        ctx = self.ctx
+        nudged = False
+        for _ in range(MAX_MODEL_CALLS):
+            for text in ctx.take_steers():
+                await self.append("user", [TextBlock(text=text)])
+            if ctx.stop_requested:  # a graceful stop ends the turn as if the model had: the host may refuse
+                verdict = ctx.may_end(True)
+                return Completed() if isinstance(verdict, Nudge) else verdict
+            message_id = ctx.new_message_id()
+            blocks, done = await self.stream(provider, message_id)
+            if done.stop_reason in ("error", "aborted"):
+                if blocks:
+                    await self.append("assistant", blocks, message_id)
+                return Failed(done.error_code or Code.PROVIDER_ERROR)
+            await self.append("assistant", blocks or [TextBlock(text="")], message_id)
+            calls = [b for b in blocks if isinstance(b, ToolCallBlock)]
+            if not calls:
+                verdict = ctx.may_end(nudged)
+                if isinstance(verdict, Nudge):
+                    nudged = True
+                    await self.append("user", [TextBlock(text=verdict.text)])
+                    continue
+                return verdict
+            end = await self.run_batch(calls)
+            if end is not None:
+                return end
+        return Failed(Code.INTERNAL)
+
+    async def stream(self, provider: Provider, message_id: str) -> tuple[list[Block], Done]:
+        ctx = self.ctx
+        request = ModelRequest(
+            session_id=ctx.session_id, turn_id=ctx.turn_id, system=ctx.system_prompt(),
+            messages=ctx.history(), tools=ctx.tool_specs(), agent=ctx.agent,
+        )
+        text: list[str] = []
+        calls: list[ToolCallBlock] = []
+        done = Done("error", Code.STREAM_FAILED, "the stream ended without a stop reason")
+        async with aclosing(provider.stream(request)) as stream:
+            while True:
+                try:
+                    event = await self.slot.wait_for(anext(stream))
+                except StopAsyncIteration:
+                    break
+                if isinstance(event, TextDelta):
+                    if not text:
+                        ctx.output_started()
+                    text.append(event.text)
+                    ctx.delta(message_id, event.text)
+                elif isinstance(event, ToolCall):
                     ctx.output_started()
-                text.append(event.text)
-                ctx.delta(message_id, event.text)
-            elif isinstance(event, ToolCall):
-                ctx.output_started()
-                calls.append(ToolCallBlock(id=event.id, name=event.name, args=event.args))
-            elif isinstance(event, UsageReport):
-                ctx.add_usage(Usage(
-                    input_tokens=event.input_tokens, output_tokens=event.output_tokens,
-                    cache_tokens=event.cache_tokens,
-                ))
-            else:
-                done = event
-                break
-    blocks: list[Block] = [TextBlock(text="".join(text))] if text else []
-    return [*blocks, *calls], done
+                    calls.append(ToolCallBlock(id=event.id, name=event.name, args=event.args))
+                elif isinstance(event, UsageReport):
+                    ctx.add_usage(Usage(
+                        input_tokens=event.input_tokens, output_tokens=event.output_tokens,
+                        cache_tokens=event.cache_tokens,
+                    ))
+                else:
+                    done = event
+                    break
+        blocks: list[Block] = [TextBlock(text="".join(text))] if text else []
+        return [*blocks, *calls], done
 
-
-async def _run_batch(ctx: TurnContext, calls: list[ToolCallBlock]) -> TurnEnd | None:
-    if batch_is_exclusive_violation([c.name for c in calls]):
-        for call in calls:
-            ctx.tool_started(call)
-            await _record(ctx, call, ToolResult.error(
-                Code.TOOL_BATCH_EXCLUSIVE,
-                "EnterPlanMode, EnterGoalMode, SubmitPlan and SubmitGoal must be the only tool call "
-                "in their batch; nothing in this batch ran",
-            ), 0)
+    async def run_batch(self, calls: list[ToolCallBlock]) -> TurnEnd | None:
+        ctx = self.ctx
+        if batch_is_exclusive_violation([c.name for c in calls]):
+            for call in calls:
+                ctx.tool_started(call)
+                await self.record(call, ToolResult.error(
+                    Code.TOOL_BATCH_EXCLUSIVE,
+                    "EnterPlanMode, EnterGoalMode, SubmitPlan and SubmitGoal must be the only tool call "
+                    "in their batch; nothing in this batch ran",
+                ), 0)
+            return None
+        unfinished = list(calls)
+        try:
+            for call in calls:
+                ctx.tool_started(call)
+                started = time.monotonic()
+                decision = await self.slot.wait_for(ctx.authorize(call))
+                if isinstance(decision, Deny):
+                    outcome = ToolOutcome(ToolResult.error(decision.code, f"{call.name} was not run: {decision.code}"))
+                    if decision.code in _TURN_ENDING_DENIALS:
+                        outcome = ToolOutcome(outcome.result, Failed(decision.code))
+                else:
+                    outcome = await self.slot.wait_for(ctx.run_tool(call))
+                await self.record(call, outcome.result, _ms_since(started))
+                unfinished.remove(call)
+                if outcome.end is not None:
+                    return outcome.end
+        except asyncio.CancelledError:
+            for call in unfinished:
+                code = Code.PLAN_APPROVAL_INTERRUPTED if call.name in _SUBMIT_TOOLS else Code.TOOL_ABORTED
+                await self.record(call, ToolResult.error(code, "the turn was aborted"), 0)
+            raise
         return None
-    unfinished = list(calls)
-    try:
-        for call in calls:
-            ctx.tool_started(call)
-            started = time.monotonic()
-            decision = await ctx.authorize(call)
-            if isinstance(decision, Deny):
-                outcome = ToolOutcome(ToolResult.error(decision.code, f"{call.name} was not run: {decision.code}"))
-                if decision.code in _TURN_ENDING_DENIALS:
-                    outcome = ToolOutcome(outcome.result, Failed(decision.code))
-            else:
-                outcome = await ctx.run_tool(call)
-            await _record(ctx, call, outcome.result, _ms_since(started))
-            unfinished.remove(call)
-            if outcome.end is not None:
-                return outcome.end
-    except asyncio.CancelledError:
-        for call in unfinished:
-            code = Code.PLAN_APPROVAL_INTERRUPTED if call.name in _SUBMIT_TOOLS else Code.TOOL_ABORTED
-            await _record(ctx, call, ToolResult.error(code, "the turn was aborted"), 0)
-        raise
-    return None
 
-
-async def _record(ctx: TurnContext, call: ToolCallBlock, result: ToolResult, duration_ms: int) -> None:
-    block = ToolResultBlock(
-        tool_call_id=call.id, name=call.name, ok=result.ok, output=result.output, error_code=result.error_code,
-        duration_ms=duration_ms,
-    )
-    await ctx.append("tool", [block])
-    ctx.tool_finished(call, result, duration_ms)
+    async def record(self, call: ToolCallBlock, result: ToolResult, duration_ms: int) -> None:
+        block = ToolResultBlock(
+            tool_call_id=call.id, name=call.name, ok=result.ok, output=result.output, error_code=result.error_code,
+            duration_ms=duration_ms,
+        )
+        await self.append("tool", [block])
+        self.ctx.tool_finished(call, result, duration_ms)
 
 
 def _ms_since(started: float) -> int:

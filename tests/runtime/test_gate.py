@@ -1,0 +1,141 @@
+"""The step gate: at most ``slots`` turns work at once, and a turn that waits gives its slot up."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pidesk.runtime.gate import StepGate
+from tests.scenario import all_ended, prompt, session, tool
+
+
+class Workers:
+    """Counts how many workers are inside their work at once."""
+
+    def __init__(self) -> None:
+        self.inside = 0
+        self.most = 0
+
+    async def work(self) -> None:
+        self.inside += 1
+        self.most = max(self.most, self.inside)
+        for _ in range(3):
+            await asyncio.sleep(0)  # instant awaits: work that yields to the loop but never waits on anything
+        self.inside -= 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("slots", [1, 2, 4])
+async def test_at_most_slots_turns_work_at_once_and_every_slot_is_used(slots):
+    gate, workers = StepGate(slots, patience=30.0), Workers()
+
+    async def turn() -> None:
+        async with gate.slot() as slot:
+            for _ in range(5):
+                await slot.wait_for(workers.work())
+
+    await asyncio.wait_for(asyncio.gather(*(turn() for _ in range(12))), 10)
+    assert workers.most == slots
+
+
+@pytest.mark.asyncio
+async def test_a_turn_waiting_on_something_slow_lets_another_turn_have_its_only_slot():
+    gate = StepGate(1, patience=0.001)
+    answered = asyncio.Event()
+    order: list[str] = []
+
+    async def waiting() -> None:
+        async with gate.slot() as slot:
+            await slot.wait_for(answered.wait())  # e.g. a model still thinking
+            order.append("waiter resumed")
+
+    async def other() -> None:
+        async with gate.slot():
+            order.append("other worked")
+            answered.set()
+
+    await asyncio.wait_for(asyncio.gather(waiting(), other()), 10)
+    assert order == ["other worked", "waiter resumed"]
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_waiting_turn_cancels_its_work_and_frees_the_slot():
+    gate = StepGate(1, patience=0.001)
+    unwound = asyncio.Event()
+    reached = asyncio.Event()
+
+    async def tool_run() -> None:
+        reached.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            unwound.set()  # a tool's cleanup (killing its process group) runs before the turn goes on
+
+    async def turn() -> None:
+        async with gate.slot() as slot:
+            await slot.wait_for(tool_run())
+
+    task = asyncio.create_task(turn())
+    await asyncio.wait_for(reached.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert unwound.is_set()
+    await asyncio.wait_for(_enter(gate), 10)  # the slot is free again
+
+
+@pytest.mark.asyncio
+async def test_cancelling_while_the_slot_was_given_up_does_not_release_it_twice():
+    gate = StepGate(1, patience=0.001)
+    reached = asyncio.Event()
+
+    async def turn() -> None:
+        async with gate.slot() as slot:
+            reached.set()
+            await slot.wait_for(asyncio.Event().wait())
+
+    task = asyncio.create_task(turn())
+    await asyncio.wait_for(reached.wait(), 10)
+    async with gate.slot():  # the waiting turn gave its slot up, so this gets it
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        second = asyncio.create_task(_enter(gate))
+        await asyncio.sleep(0)
+        assert not second.done()  # still held by us: the cancelled turn did not release it again
+    await asyncio.wait_for(second, 10)
+
+
+async def _enter(gate: StepGate) -> None:
+    async with gate.slot():
+        pass
+
+
+@pytest.mark.asyncio
+async def test_a_host_with_one_slot_still_has_every_session_waiting_on_its_model_at_once(make_host, provider, project):
+    host = make_host(step_slots=1)
+    sub = host.subscribe()
+    sessions = [await session(host, project) for _ in range(5)]
+    for n, s in enumerate(sessions):
+        provider.enqueue(s["id"], {"gate": f"model {n}", "text": "done"})
+    turns = [await prompt(host, s["id"]) for s in sessions]
+    for n in range(5):  # all five requests are in flight together: a thinking model holds no slot
+        await provider.wait_reached(f"model {n}")
+    for n in range(5):
+        provider.release(f"model {n}")
+    ends = await all_ended(sub, [t["turnId"] for t in turns])
+    assert {e.reason for e in ends.values()} == {"completed"}
+
+
+@pytest.mark.asyncio
+async def test_a_host_with_one_slot_runs_tools_of_many_sessions_to_completion(make_host, provider, project):
+    host = make_host(step_slots=1)
+    sub = host.subscribe()
+    sessions = [await session(host, project) for _ in range(8)]
+    for s in sessions:
+        await host.call("session.setPermissionMode", {"sessionId": s["id"], "permissionMode": "auto"})
+        provider.enqueue(s["id"], tool("Bash", command="echo hi"), tool("Read", path="README.md"), {"text": "done"})
+    turns = [await prompt(host, s["id"]) for s in sessions]
+    ends = await all_ended(sub, [t["turnId"] for t in turns])
+    assert {e.reason for e in ends.values()} == {"completed"}
