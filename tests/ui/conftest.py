@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,10 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 TOKEN = "pidesk-ui-test-token-0123456789abcdef"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# The README's screenshots are refreshed only on request, so a test run leaves the tree clean:
+# PIDESK_UPDATE_SCREENSHOTS=1 bin/dev test tests/ui
+SCREENSHOTS = (Path(__file__).resolve().parents[2] / "docs" / "screenshots" if os.environ.get("PIDESK_UPDATE_SCREENSHOTS")
+               else Path(tempfile.gettempdir()) / "pidesk-ui-screenshots")
 VIEWPORT = {"width": 1280, "height": 820}
 
 
