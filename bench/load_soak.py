@@ -46,6 +46,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -246,7 +247,7 @@ class SoakResult:
     turns_ended: Counter[str] = field(default_factory=Counter)  # by reason/errorCode
     probe: dict[str, list[float]] = field(default_factory=dict)
     driver: dict[str, list[float]] = field(default_factory=dict)
-    rss_kib: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, VmRSS)
+    rss_kib: list[tuple[float, int, int]] = field(default_factory=list)  # (s since start, VmRSS, turns ended)
     hwm_kib: int = 0
     host_cpu: float = 0.0
     tools_cpu: float = 0.0  # the host's reaped children: the Bash tool's processes
@@ -288,6 +289,14 @@ class SoakResult:
         if len(self.failures) < 1000:
             self.failures.append(text)
 
+    def rss_slope(self) -> float:
+        """MB of VmRSS per 1,000 turns ended, fitted over the samples after the first tenth of the run:
+        near 0 when memory levels off, steady when something is kept per turn."""
+        points = [(turns, kib / 1024) for t, kib, turns in self.rss_kib if t >= self.seconds / 10]
+        if len(points) < 3 or len({x for x, _ in points}) < 2:
+            return 0.0
+        return 1000 * statistics.linear_regression([x for x, _ in points], [y for _, y in points]).slope
+
     def probe_all(self) -> list[float]:
         return [t for times in self.probe.values() for t in times]
 
@@ -299,8 +308,9 @@ class SoakResult:
         turns = sum(self.turns_ended.values())
         probe = self.probe_all() or [0.0]
         drive = self.driver_all() or [0.0]
-        rss = [kib for _, kib in self.rss_kib] or [0]
-        after_min = next((f", after 1 min {kib / 1024:.0f}" for t, kib in self.rss_kib if t >= 60), "")
+        rss = [kib for _, kib, _ in self.rss_kib] or [0]
+        after_min = next((f", after 1 min {kib / 1024:.0f}" for t, kib, _ in self.rss_kib if t >= 60), "")
+        minutes = " ".join(f"{kib / 1024:.0f}" for t, kib, _ in self.rss_kib[::max(1, round(60 / cfg.rss_interval))])
         per_method = ", ".join(f"{m} {ms(pct(v, 99)):.0f}" for m, v in sorted(self.driver.items()) if v)
         events = sum(c.count for c in self.connections)
         return [
@@ -320,6 +330,8 @@ class SoakResult:
             Figure("host RSS peak (VmHWM)", self.hwm_kib / 1024, "MB", 300, at_least=False,
                    note=f"VmRSS at start {rss[0] / 1024:.0f}{after_min}, "
                         f"max {max(rss) / 1024:.0f}, at the end {rss[-1] / 1024:.0f} MB ({len(rss)} samples)"),
+            Figure("host VmRSS growth per 1,000 turns (least squares, after the first 10 %)", self.rss_slope(), "MB",
+                   note=f"VmRSS by minute: {minutes} MB"),
             Figure("host process CPU busy", self.host_cpu, "CPU",
                    note=f"its Bash tools {self.tools_cpu:.2f}, driver {self.driver_cpu:.2f} CPU; "
                         f"other processes {self.foreign_cpu:.2f} CPU (noise: rerun if well above 0)"),
@@ -457,7 +469,8 @@ class Soak:
     async def _sampling(self, begin: float) -> None:
         pid = self.server.proc.pid
         while not self.done.is_set():
-            self.result.rss_kib.append((time.perf_counter() - begin, vm(pid, "VmRSS")))
+            turns = sum(len(view.ended) for view in self.views.values())
+            self.result.rss_kib.append((time.perf_counter() - begin, vm(pid, "VmRSS"), turns))
             with suppress(TimeoutError):
                 async with asyncio.timeout(self.cfg.rss_interval):
                     await self.done.wait()
