@@ -249,6 +249,7 @@ class SoakResult:
     driver: dict[str, list[float]] = field(default_factory=dict)
     rss_kib: list[tuple[float, int, int]] = field(default_factory=list)  # (s since start, VmRSS, turns ended)
     hwm_kib: int = 0
+    rss_parts: dict[str, int] = field(default_factory=dict)  # RssAnon / RssFile / RssShmem at the end, KiB
     host_cpu: float = 0.0
     tools_cpu: float = 0.0  # the host's reaped children: the Bash tool's processes
     driver_cpu: float = 0.0
@@ -329,7 +330,8 @@ class SoakResult:
                         f"p99 by method: {per_method}; {self.busy_retries} AGENT_BUSY retries"),
             Figure("host RSS peak (VmHWM)", self.hwm_kib / 1024, "MB", 300, at_least=False,
                    note=f"VmRSS at start {rss[0] / 1024:.0f}{after_min}, "
-                        f"max {max(rss) / 1024:.0f}, at the end {rss[-1] / 1024:.0f} MB ({len(rss)} samples)"),
+                        f"max {max(rss) / 1024:.0f}, at the end {rss[-1] / 1024:.0f} MB ({len(rss)} samples: "
+                        + ", ".join(f"{k} {v / 1024:.0f}" for k, v in self.rss_parts.items()) + " MB)"),
             Figure("host VmRSS growth per 1,000 turns (least squares, after the first 10 %)", self.rss_slope(), "MB",
                    note=f"VmRSS by minute: {minutes} MB"),
             Figure("host process CPU busy", self.host_cpu, "CPU",
@@ -444,6 +446,7 @@ class Soak:
         ours = sum(cpu1[i] - cpu0[i] for i in (1, 2, 3, 4))
         result.foreign_cpu = max(0.0, (cpu1[0] - cpu0[0]) - ours) / wall
         result.hwm_kib = vm(pid, "VmHWM")
+        result.rss_parts = {key: vm(pid, key) for key in ("RssAnon", "RssFile", "RssShmem")}
 
     async def _probing(self) -> None:
         assert self.probe is not None
