@@ -94,8 +94,10 @@ async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterato
     from pidesk.cli.models import make_provider
     from pidesk.host import Host
     from pidesk.store.lock import DataDirLock
+    from pidesk.tools.children import use_pidfd_watcher
 
     lock = DataDirLock(config.data_dir)
+    use_pidfd_watcher()
     try:
         host = Host.open(config, make_provider(model or config.model, config.secrets))
         try:

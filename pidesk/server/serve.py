@@ -31,6 +31,7 @@ from pidesk.server.app import create_app
 from pidesk.server.protocol import ReapingH11Protocol
 from pidesk.server.rpc import MAX_FRAME
 from pidesk.store.lock import DataDirLock
+from pidesk.tools.children import use_pidfd_watcher
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -48,6 +49,7 @@ async def serve(config: HostConfig, provider: Provider, options: ServeOptions,
     if options.bind not in LOOPBACK and not options.allow_remote:
         raise StartupRefused(f"refusing to listen on {options.bind}: pass --allow-remote to serve beyond loopback")
     lock = DataDirLock(config.data_dir)
+    use_pidfd_watcher()
     try:
         host = Host.open(config, provider)
         try:

@@ -27,16 +27,57 @@ class Workers:
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("slots", [1, 2, 4])
-async def test_at_most_slots_turns_work_at_once_and_every_slot_is_used(slots):
+async def test_at_most_slots_queued_turns_work_at_once_and_every_slot_is_used(slots):
     gate, workers = StepGate(slots, patience=30.0), Workers()
+    started = asyncio.Event()
 
     async def turn() -> None:
+        await started.wait()
         async with gate.slot() as slot:
             for _ in range(5):
                 await slot.wait_for(workers.work())
 
-    await asyncio.wait_for(asyncio.gather(*(turn() for _ in range(12))), 10)
+    holders = [gate.slot() for _ in range(slots)]
+    for holder in holders:  # every slot taken, so the turns queue up and the gate is contended from the start
+        await holder.__aenter__()
+    turns = [asyncio.create_task(turn()) for _ in range(12)]
+    started.set()
+    for _ in range(100):
+        if gate.queued == 12:
+            break
+        await asyncio.sleep(0)
+    assert gate.queued == 12
+    for holder in holders:
+        await holder.__aexit__(None, None, None)
+    await asyncio.wait_for(asyncio.gather(*turns), 10)
     assert workers.most == slots
+
+
+@pytest.mark.asyncio
+async def test_a_lone_turn_keeps_its_slot_and_a_newcomer_takes_it_over_only_once_the_wait_is_long():
+    gate, workers = StepGate(1, patience=0.001), Workers()
+    answered = asyncio.Event()
+    order: list[str] = []
+
+    async def lone() -> None:
+        async with gate.slot() as slot:
+            await slot.wait_for(workers.work())  # quick: back before anyone could take the slot over
+            assert slot.held
+            await slot.wait_for(answered.wait())  # e.g. a model still thinking
+            order.append("lone resumed")
+
+    async def newcomer() -> None:
+        async with gate.slot():
+            order.append("newcomer worked")
+            answered.set()
+
+    first = asyncio.create_task(lone())
+    for _ in range(100):
+        if workers.most:
+            break
+        await asyncio.sleep(0)
+    await asyncio.wait_for(asyncio.gather(first, newcomer()), 10)
+    assert order == ["newcomer worked", "lone resumed"]
 
 
 @pytest.mark.asyncio
