@@ -14,7 +14,7 @@ from pidesk.core import policy
 from pidesk.core.errors import Code
 from pidesk.core.events import MessageAppended, MessageDelta, SessionUpdated, ToolFinished, ToolStarted
 from pidesk.core.modes import Mode, PlanKind
-from pidesk.core.records import Block, Message, ToolCallBlock, Usage
+from pidesk.core.records import Block, Message, Session, ToolCallBlock, Usage
 from pidesk.core.transitions import ModeCause, change_mode
 from pidesk.host.approvals import Approvals
 from pidesk.host.delegates import Delegates
@@ -47,17 +47,25 @@ class HostTurnContext:
         self.delegates = delegates
         self._tools: dict[str, Tool] | None = None
         self._transcript: list[Message] | None = None
+        self._session: Session | None = None
+
+    def _current(self) -> Session:
+        """The session row as this turn last read it. Nothing else changes its mode, root or project
+        while the turn runs (configuration needs an idle session); ``_enter`` re-reads it."""
+        if self._session is None:
+            self._session = self.p.session(self.session_id)
+        return self._session
 
     @property
     def stop_requested(self) -> bool:
         return self.live.stop_requested
 
     def system_prompt(self) -> str:
-        session = self.p.session(self.session_id)
+        session = self._current()
         return system_prompt(session.mode, session.root)
 
     def tool_specs(self) -> list[dict[str, Any]]:
-        session = self.p.session(self.session_id)
+        session = self._current()
         names = policy.visible_tools(
             session.mode, temporary=session.project_path is None, goal_execution=self.live.goal is not None
         )
@@ -140,8 +148,8 @@ class HostTurnContext:
         plugins = self.p.plugin_tools
         if plugins is not None and plugins.risk_of(call.name) is not None:
             return ToolOutcome(await plugins.call(call.name, call.args))
-        if call.name == "Bash" and self.p.config.strict_planning and self.p.session(self.session_id).mode.is_contract:
-            root = Path(self.p.session(self.session_id).root)
+        if call.name == "Bash" and self.p.config.strict_planning and self._current().mode.is_contract:
+            root = Path(self._current().root)
             sandboxed = make_bash_tool(root, env=self.p.config.tool_env, read_only=True)
             return ToolOutcome(await run_tool(sandboxed, call.args))
         tool = self._workspace_tools().get(call.name)
@@ -162,7 +170,7 @@ class HostTurnContext:
             repo.update_session(db, self.session_id, mode=mode.value)
             repo.audit(db, "mode.changed", self.session_id, self.turn_id, frm=session.mode.value, to=mode.value,
                        cause="agent")
-        updated = self.p.session(self.session_id)
+        updated = self._session = self.p.session(self.session_id)
         self.p.bus.publish(SessionUpdated(session=updated))
         submit = "SubmitPlan" if target is Mode.PLAN else "SubmitGoal"
         return ToolOutcome(ToolResult(ok=True, output=(
@@ -171,6 +179,6 @@ class HostTurnContext:
 
     def _workspace_tools(self) -> dict[str, Tool]:
         if self._tools is None:
-            root = Path(self.p.session(self.session_id).root)
+            root = Path(self._current().root)
             self._tools = make_workspace_tools(root, env=self.p.config.tool_env)
         return self._tools

@@ -18,10 +18,7 @@ import ipaddress
 import shutil
 import tempfile
 import threading
-import urllib.error
-import urllib.request
 from html.parser import HTMLParser
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -89,6 +86,9 @@ def _target(root: Path, raw: str) -> str:
 def _fetch(target: str) -> str:
     if target.startswith("file:"):
         return Path(unquote(urlsplit(target).path)).read_text(errors="replace")
+    import urllib.error  # imported on use: every host loads this module, few previews fetch over HTTP
+    import urllib.request
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
     try:
         with opener.open(target, timeout=FETCH_TIMEOUT) as response:
@@ -123,6 +123,8 @@ class WorkspaceServer:
     """
 
     def __init__(self, root: Path) -> None:
+        from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer  # 9 ms, only for a preview
+
         self.root = root.resolve()
         workspace = self.root
 
