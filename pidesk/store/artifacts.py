@@ -57,10 +57,8 @@ def sha256_of(data: bytes) -> str:
 
 
 def _make_dirs(project: Path, directory: Path) -> None:
-    created = []
+    """Create ``.pi/<kind>`` and make both entries durable, whoever created them: a process killed
+    between its mkdir and its fsync leaves an entry that only a later fsync makes durable."""
     for part in (project / ".pi", directory):
-        if not part.exists():
-            part.mkdir(exist_ok=True)
-            created.append(part)
-    for part in created:
+        part.mkdir(exist_ok=True)
         fsync_dir(part.parent)

@@ -19,6 +19,7 @@ class Blobs:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
         directory.mkdir(parents=True, exist_ok=True)
+        fsync_dir(directory.parent)  # the entry itself must survive a power cut, not just the files in it
 
     def put(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
@@ -30,7 +31,9 @@ class Blobs:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temp, path)
-            fsync_dir(self.dir)
+        # Even when the blob was there: a process killed before this fsync may have left its name unsynced,
+        # and the ref is acknowledged now.
+        fsync_dir(self.dir)
         return PREFIX + digest
 
     def path(self, ref: str) -> Path | None:

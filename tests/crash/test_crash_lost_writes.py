@@ -470,14 +470,10 @@ async def test_random_kill_and_power_cut_lose_nothing_acknowledged(
     print(f"lost writes: {figures}")  # shown with -s; the full run's figures are in docs/reliability.md
 
 
-# ---- known losses under the model (pidesk bugs: see the reasons) -----------------------------------------------------
+# ---- losses the lossy disk found, fixed: every new directory entry is fsynced by its parent --------------------------
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "pidesk/store/transcripts.py Transcripts.__init__ (and blobs.py Blobs.__init__, store.py Store.__init__) "
-    "create transcripts/ and blobs/ with Path.mkdir and never fsync the data directory: on a fresh data "
-    "directory a power cut may drop the transcripts/ entry, and with it every acknowledged message"))
 async def test_fresh_data_dir_power_cut_keeps_the_transcripts_directory(tmp_path: Path) -> None:
     place = Place(tmp_path / "fresh").make(data_dir_too=False)
     disk = place.disk()
@@ -487,10 +483,6 @@ async def test_fresh_data_dir_power_cut_keeps_the_transcripts_directory(tmp_path
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "pidesk/store/blobs.py Blobs.put skips the write when the blob's name exists, without fsyncing "
-    "blobs/: a process killed between its os.replace and fsync_dir leaves a name that is not durable, "
-    "and a later put of the same bytes acknowledges a ref a power cut then loses"))
 async def test_blob_left_unsynced_by_a_killed_process_is_made_durable_by_the_next_put(tmp_path: Path) -> None:
     place = Place(tmp_path / "blob").make()
     disk = place.disk()
@@ -502,11 +494,6 @@ async def test_blob_left_unsynced_by_a_killed_process_is_made_durable_by_the_nex
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "pidesk/store/artifacts.py _make_dirs fsyncs a parent only for a directory it created itself: when a "
-    "process was killed after mkdir .pi/<kind> and before fsync_dir, the next submission writes its "
-    "artifact into a directory whose own entry is not durable, commits the row, and a power cut then "
-    "loses the artifact the approval names"))
 async def test_artifact_directory_left_unsynced_by_a_killed_process_is_made_durable_by_the_next_submit(
     tmp_path: Path
 ) -> None:
