@@ -4,7 +4,9 @@
 (b) single    — ``Store.append_message`` of a comparable message, one session, one thread;
 (c) parallel  — 50 threads, each appending to its own session of the same Store;
 (d) raw x50   — for context: 50 threads doing (a), each on its own file — how far
-                this disk overlaps fsyncs at all, the ceiling (c) works under.
+                this disk overlaps fsyncs at all, the ceiling (c) works under;
+(e) dsync x50 — for context: 50 threads each writing to its own O_DSYNC file, one
+                syscall an append, as the store's transcripts do: (c)'s own ceiling.
 
 Targets: (b)/(a) ≥ 0.7 — a message costs little more than its fsync;
 (c)/(b) ≥ 3 — fsyncs of different transcripts overlap (the GIL is released) and
@@ -79,6 +81,20 @@ class Baseline:
         os.close(self.fd)
 
 
+class DsyncBaseline(Baseline):
+    """One O_DSYNC file held open; each append is one write that is also its sync."""
+
+    def __init__(self, path: Path, line: bytes) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_DSYNC, 0o644)
+        self.line = line
+
+    def run(self, n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            os.write(self.fd, self.line)
+        return time.perf_counter() - start
+
+
 class Single:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -147,11 +163,14 @@ def main() -> int:
         parallel = Crowd([Single(store).run for _ in range(WRITERS)])
         raw_files = [Baseline(tmp / f"raw-{i}.jsonl", line) for i in range(WRITERS)]
         raw_parallel = Crowd([f.run for f in raw_files])
+        dsync_files = [DsyncBaseline(tmp / f"dsync-{i}.jsonl", line) for i in range(WRITERS)]
+        dsync_parallel = Crowd([f.run for f in dsync_files])
         phases: dict[str, tuple[Callable[[], float], int]] = {
             "baseline": (lambda: baseline.run(n // rounds), n // rounds),
             "single": (lambda: single.run(n // rounds), n // rounds),
             "parallel": (lambda: parallel.run(per_thread), per_thread * WRITERS),
             "raw parallel": (lambda: raw_parallel.run(per_thread), per_thread * WRITERS),
+            "dsync parallel": (lambda: dsync_parallel.run(per_thread), per_thread * WRITERS),
         }
         totals: dict[str, list[float]] = {name: [0.0, 0] for name in phases}
         per_round: dict[str, list[float]] = {name: [] for name in phases}
@@ -170,7 +189,8 @@ def main() -> int:
         finally:
             parallel.close()
             raw_parallel.close()
-            for f in [baseline, *raw_files]:
+            dsync_parallel.close()
+            for f in [baseline, *raw_files, *dsync_files]:
                 f.close()
             store.close()
     rate = {name: count / seconds for name, (seconds, count) in totals.items()}
@@ -195,6 +215,9 @@ def main() -> int:
         Figure(f"(d) raw write+fsync, {WRITERS} threads, own files", rate["raw parallel"], "appends/s"),
         Figure("(d)/(a) what this disk gains from parallel fsyncs", rate["raw parallel"] / rate["baseline"], "x",
                note="context: the ceiling for (c)/(b)"),
+        Figure(f"(e) raw O_DSYNC write, {WRITERS} threads, own files", rate["dsync parallel"], "appends/s"),
+        Figure("(e)/(a) the same with one syscall an append", rate["dsync parallel"] / rate["baseline"], "x",
+               note="context: the store's own ceiling"),
     ]
     return harness.report("durable_append", figures, args.json)
 

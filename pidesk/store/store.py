@@ -7,11 +7,18 @@ Layout of a data directory::
     scratch/<session>/           the working root of a temporary (project-less) session
 
 Message persistence is two-step (seed 003 §4): the transcript line is appended
-and fsynced, then its index row is committed. Index rows are written behind:
+and synced, then its index row is committed. Index rows are written behind:
 they queue in memory and commit in batches of ``INDEX_BATCH``, and always
 before anything reads the message index (``flush``), so every read sees every
 acknowledged message. A crash between the two steps leaves lines past the
 session's indexed watermark — the outbox — which ``reconcile`` indexes at boot.
+
+The append path is kept short because many threads run it at once and each
+holds the GIL while it does (docs/benchmarks.md, "Durable append"): the line
+is encoded straight from the ``Message``, message ids count up (``ordered_ids``,
+so the index inserts them at its right edge), the appender that fills a batch
+commits it in a few statements while the others keep appending, and nobody
+waits for that commit unless ``INDEX_BACKLOG`` rows pile up behind it.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from pidesk.core.errors import StoreError
 from pidesk.core.modes import Mode, PermissionMode, PlanState, SessionStatus
 from pidesk.core.records import Block, Message, Session
 from pidesk.faults import NO_FAULTS, Faults
-from pidesk.ids import new_id, now_iso
+from pidesk.ids import now_iso, ordered_ids
 from pidesk.store import repo
 from pidesk.store.blobs import Blobs
 from pidesk.store.db import Database
@@ -39,11 +46,13 @@ from pidesk.store.transcripts import (
     as_message,
     decode_line,
     encode_line,
+    encode_message,
     fsync_dir,
 )
 
 IndexRow = tuple[str, str, str | None, int, str, int, int, str]
-INDEX_BATCH = 256
+INDEX_BATCH = 1024  # queued rows that start a commit
+INDEX_BACKLOG = 8 * INDEX_BATCH  # queued rows that make appenders wait for the commit in flight
 
 
 @dataclass
@@ -68,6 +77,7 @@ class Store:
         self.transcripts = Transcripts(data_dir / "transcripts", faults=faults)
         self.blobs = Blobs(data_dir / "blobs")
         self._last_seq: dict[str, int] = {}
+        self._message_id = ordered_ids("m")
         # message index rows written behind their fsynced transcript lines
         self._pending_lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -140,10 +150,10 @@ class Store:
         with self.transcripts.lock(session_id):
             seq = self._next_seq(session_id)
             message = Message(
-                id=message_id or new_id("m"), session_id=session_id, turn_id=turn_id, seq=seq, role=role,
+                id=message_id or self._message_id(), session_id=session_id, turn_id=turn_id, seq=seq, role=role,
                 content=content, created_at=now_iso(),
             )
-            data = encode_line(as_line(message))
+            data = encode_message(message)
             try:
                 offset = self.transcripts.append(session_id, data)
             except OSError as exc:
@@ -213,27 +223,39 @@ class Store:
         """Queue a message's index row; commit a full batch at once, the rest before the next read.
 
         The row's transcript line is already fsynced: a crash that loses queued rows loses
-        nothing, because boot indexes every line past a session's watermark.
+        nothing, because boot indexes every line past a session's watermark. One appender
+        commits a full batch while the others go on queueing (the next commit takes every
+        row queued meanwhile); they wait for it only once ``INDEX_BACKLOG`` rows are queued.
         """
         with self._pending_lock:
             self._pending.append((row, end))
-            full = len(self._pending) >= INDEX_BATCH
-        if full:
+            queued = len(self._pending)
+        if queued < INDEX_BATCH:
+            return
+        if queued >= INDEX_BACKLOG:
             self.flush()
+        elif self._flush_lock.acquire(blocking=False):
+            try:
+                self._commit_pending()
+            finally:
+                self._flush_lock.release()
 
     def flush(self) -> None:
         """Commit every queued index row (called before anything reads the message index)."""
         with self._flush_lock:
+            self._commit_pending()
+
+    def _commit_pending(self) -> None:
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        if not batch:
+            return
+        try:
+            self._commit_rows(batch)
+        except BaseException as exc:
             with self._pending_lock:
-                batch, self._pending = self._pending, []
-            if not batch:
-                return
-            try:
-                self._commit_rows(batch)
-            except BaseException as exc:
-                with self._pending_lock:
-                    self._pending[:0] = batch  # keep them for the next flush; boot has them anyway
-                raise StoreError(f"the message index could not commit: {exc}") from exc
+                self._pending[:0] = batch  # keep them for the next flush; boot has them anyway
+            raise StoreError(f"the message index could not commit: {exc}") from exc
 
     def _commit_rows(self, batch: list[tuple[IndexRow, int]]) -> None:
         marks: dict[str, tuple[int, int]] = {}
@@ -242,8 +264,7 @@ class Store:
             marks[row[1]] = (max(prior[0], seq), max(prior[1], end))
         with self.db.tx(durable=False) as db:
             repo.insert_message_rows(db, [row for row, _ in batch])
-            for session_id, (seq, end) in marks.items():
-                repo.advance_watermark(db, session_id, seq, end)
+            repo.advance_watermarks(db, marks)
 
     def _next_seq(self, session_id: str) -> int:
         last = self._last_seq.get(session_id)

@@ -2,10 +2,34 @@
 
 ``transcripts/<session>.jsonl`` holds one JSON object per line: first a
 ``{"t":"session"}`` header (enough to restore an orphaned session row), then one
-``{"t":"message"}`` line per message, appended and fsynced *before* the index
+``{"t":"message"}`` line per message, appended and synced *before* the index
 transaction that makes the message visible. Lines are only ever appended, except
 two atomic cuts: a smart stop truncates back to just before its root user row,
 and a torn or garbage tail is moved whole to a quarantine file (never dropped).
+
+**Appends are O_DSYNC writes.** Each session keeps one descriptor open between
+appends (a bounded LRU), opened ``O_WRONLY | O_APPEND | O_DSYNC``: one
+``os.write`` puts the line in the file and returns only once it is as durable as
+``write`` + ``fdatasync`` would have made it, so an append is a single syscall
+and a single hand-over of the GIL (with 50 appending threads on two CPUs each
+extra one costs more than the Python around it; docs/benchmarks.md). Hence:
+
+- a failed write is a failed sync: either way ``_undo`` cuts the file back to
+  where the append began, durably, or poisons the session until a restart;
+- the fault points ``transcript.write`` and ``transcript.fsync`` are both hit
+  just before each ``os.write`` (that write is the sync);
+- there is no separate ``fdatasync`` (the module's former ``_sync`` alias is
+  gone): a test layer that models the disk must count an ``os.write`` on an
+  O_DSYNC descriptor as synced.
+
+The offset an append starts at is tracked per kept descriptor (``_Tail.end``),
+not asked of the kernel: the store is the only writer of its transcripts and
+appends to one session are serialised by its lock. The end is read once with
+``fstat`` when a descriptor is (re)opened, and every cut, replacement or removal
+(``truncate``, ``quarantine_tail``, ``create``, ``delete``, a failed append)
+closes the descriptor first, so the next append re-reads it. All file I/O here
+goes through module-level ``os.<function>`` names (and ``open``), which the
+crash tests' lossy disk replaces.
 """
 
 from __future__ import annotations
@@ -42,7 +66,6 @@ Line = HeaderLine | MessageLine
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Line)
-_sync = getattr(os, "fdatasync", os.fsync)  # an append's size change is data: fdatasync is enough
 
 
 def encode_line(line: Line) -> bytes:
@@ -53,12 +76,30 @@ def decode_line(raw: bytes) -> Line:
     return _decoder.decode(raw)
 
 
+_MESSAGE_TAG = b'{"t":"message",'
+
+
+def encode_message(message: Message) -> bytes:
+    """``encode_line(as_line(message))`` without copying the message: its JSON with the tag spliced in first."""
+    return _MESSAGE_TAG + _encoder.encode(message)[1:] + b"\n"
+
+
 def as_line(message: Message) -> MessageLine:
     return MessageLine(**{f: getattr(message, f) for f in message.__struct_fields__})
 
 
 def as_message(line: MessageLine) -> Message:
     return Message(**{f: getattr(line, f) for f in Message.__struct_fields__})
+
+
+class _Tail:
+    """A session's kept descriptor and the offset its next append starts at."""
+
+    __slots__ = ("fd", "end")
+
+    def __init__(self, fd: int, end: int) -> None:
+        self.fd = fd
+        self.end = end
 
 
 @dataclass(frozen=True)
@@ -81,18 +122,18 @@ class Transcripts:
         self.faults = faults
         self._poisoned: set[str] = set()
         directory.mkdir(parents=True, exist_ok=True)
-        self._open: dict[str, int] = {}  # session id -> an O_APPEND descriptor, kept between appends
+        self._open: dict[str, _Tail] = {}  # session id -> its kept O_DSYNC descriptor and end offset
         self._open_lock = threading.Lock()
         self._max_open = max_open
         self._locks: dict[str, threading.Lock] = {}
 
     def lock(self, session_id: str) -> threading.Lock:
         """The lock that serialises one session's appends and cuts (and guards its kept handle)."""
-        with self._open_lock:
-            lock = self._locks.get(session_id)
-            if lock is None:
-                lock = self._locks[session_id] = threading.Lock()
-            return lock
+        lock = self._locks.get(session_id)
+        if lock is None:
+            with self._open_lock:
+                lock = self._locks.setdefault(session_id, threading.Lock())
+        return lock
 
     def path(self, session_id: str) -> Path:
         return self.dir / f"{session_id}.jsonl"
@@ -121,30 +162,32 @@ class Transcripts:
         fsync_dir(self.dir)
 
     def append(self, session_id: str, data: bytes) -> int:
-        """Append bytes and fsync them; return the offset they start at.
+        """Append bytes durably; return the offset they start at.
 
         The caller serialises appends to one session (the store's per-session lock).
+        The descriptor is O_DSYNC, so each ``os.write`` returns only once its bytes
+        are synced: a failed write is a failed fsync, and both are undone alike.
         """
         if session_id in self._poisoned:
             raise OSError(errno.EIO, f"the transcript of {session_id} failed to sync earlier; restart to recover it")
-        fd = self._descriptor(session_id)
-        offset = os.lseek(fd, 0, os.SEEK_END)
+        tail = self._open.get(session_id) or self._reopen(session_id)
+        offset = tail.end
         try:
             view = memoryview(data)
             while view:
                 self.faults.hit("transcript.write")
-                view = view[os.write(fd, view):]
-            self.faults.hit("transcript.fsync")
-            _sync(fd)
+                self.faults.hit("transcript.fsync")
+                view = view[os.write(tail.fd, view):]
         except OSError:
             self._undo(session_id, offset)
             raise
+        tail.end = offset + len(data)
         return offset
 
     def _undo(self, session_id: str, offset: int) -> None:
-        """A write or fsync failed: cut the file back to before it, durably, or stop using it.
+        """A write failed: cut the file back to before it, durably, or stop using it.
 
-        A failed fsync is never retried as if it had succeeded (the kernel may have
+        A failed sync is never retried as if it had succeeded (the kernel may have
         dropped the dirty pages): the unacknowledged bytes are removed, and if even
         that fails the session takes no more appends until a restart reconciles it.
         """
@@ -157,14 +200,13 @@ class Transcripts:
         except OSError:
             self._poisoned.add(session_id)
 
-    def _descriptor(self, session_id: str) -> int:
+    def _reopen(self, session_id: str) -> _Tail:
         with self._open_lock:
-            fd = self._open.get(session_id)
-            if fd is None:
-                if len(self._open) >= self._max_open:
-                    self._evict_one()
-                fd = self._open[session_id] = os.open(self.path(session_id), os.O_WRONLY | os.O_APPEND)
-            return fd
+            if len(self._open) >= self._max_open:
+                self._evict_one()
+            fd = os.open(self.path(session_id), os.O_WRONLY | os.O_APPEND | os.O_DSYNC)
+            tail = self._open[session_id] = _Tail(fd, os.fstat(fd).st_size)
+            return tail
 
     def _evict_one(self) -> None:
         """Close the oldest kept handle whose session is not appending right now (it reopens on demand)."""
@@ -172,7 +214,7 @@ class Transcripts:
             lock = self._locks.get(victim)
             if lock is not None and lock.acquire(blocking=False):
                 try:
-                    os.close(self._open.pop(victim))
+                    os.close(self._open.pop(victim).fd)
                 finally:
                     lock.release()
                 return
@@ -180,14 +222,14 @@ class Transcripts:
     def forget(self, session_id: str) -> None:
         """Close the session's kept handle (before its file is cut, replaced or removed)."""
         with self._open_lock:
-            fd = self._open.pop(session_id, None)
-        if fd is not None:
-            os.close(fd)
+            tail = self._open.pop(session_id, None)
+        if tail is not None:
+            os.close(tail.fd)
 
     def close(self) -> None:
         with self._open_lock:
-            for fd in self._open.values():
-                os.close(fd)
+            for tail in self._open.values():
+                os.close(tail.fd)
             self._open.clear()
 
     def read_range(self, session_id: str, start: int, end: int) -> bytes:

@@ -133,20 +133,40 @@ def count_sessions(db: sqlite3.Connection) -> int:
 
 
 def insert_message_rows(db: sqlite3.Connection, rows: list[tuple[str, str, str | None, int, str, int, int, str]]) -> None:
-    """rows: (id, session_id, turn_id, seq, role, offset, length, created_at)."""
-    db.executemany(
-        "INSERT OR IGNORE INTO messages (id, session_id, turn_id, seq, role, offset, length, created_at)"
-        " VALUES (?,?,?,?,?,?,?,?)",
-        rows,
-    )
+    """rows: (id, session_id, turn_id, seq, role, offset, length, created_at).
+
+    As many rows go in one statement as SQLite takes parameters for: ``executemany``
+    would run one step per row, and each step hands the GIL to another thread (the
+    write-behind index commits hundreds of rows while the appending threads run).
+    """
+    per_statement = max(1, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 8)
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start : start + per_statement]
+        db.execute(
+            "INSERT OR IGNORE INTO messages (id, session_id, turn_id, seq, role, offset, length, created_at) VALUES "
+            + ",".join(["(?,?,?,?,?,?,?,?)"] * len(chunk)),
+            [value for row in chunk for value in row],
+        )
 
 
 def advance_watermark(db: sqlite3.Connection, session_id: str, last_seq: int, indexed_bytes: int) -> None:
-    db.execute(
-        "UPDATE sessions SET last_seq = max(last_seq, ?), indexed_bytes = max(indexed_bytes, ?)"
-        " WHERE id = ?",
-        (last_seq, indexed_bytes, session_id),
-    )
+    advance_watermarks(db, {session_id: (last_seq, indexed_bytes)})
+
+
+def advance_watermarks(db: sqlite3.Connection, marks: dict[str, tuple[int, int]]) -> None:
+    """Raise each session's (last_seq, indexed_bytes) to at least the given values, in one statement."""
+    items = list(marks.items())
+    per_statement = max(1, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 3)
+    for start in range(0, len(items), per_statement):
+        chunk = items[start : start + per_statement]
+        db.execute(
+            "WITH marks(id, last_seq, indexed_bytes) AS (VALUES " + ",".join(["(?,?,?)"] * len(chunk)) + ")"
+            " UPDATE sessions SET"
+            " last_seq = max(last_seq, (SELECT m.last_seq FROM marks m WHERE m.id = sessions.id)),"
+            " indexed_bytes = max(indexed_bytes, (SELECT m.indexed_bytes FROM marks m WHERE m.id = sessions.id))"
+            " WHERE id IN (SELECT id FROM marks)",
+            [value for session_id, (seq, end) in chunk for value in (session_id, seq, end)],
+        )
 
 
 def message_page(db: sqlite3.Connection, session_id: str, before_seq: int | None, limit: int) -> list[Row]:
