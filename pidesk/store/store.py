@@ -71,7 +71,10 @@ class Store:
         self.data_dir = data_dir
         self.faults = faults
         data_dir.mkdir(parents=True, exist_ok=True)
-        (data_dir / "scratch").mkdir(exist_ok=True)
+        for name in ("scratch", "transcripts", "blobs"):
+            (data_dir / name).mkdir(exist_ok=True)
+        fsync_dir(data_dir)  # on a fresh data dir these entries, and the dir's own, must survive a power cut
+        fsync_dir(data_dir.parent)
         self.db = Database(data_dir / "index.db", faults)
         self.schema_version = self.db.migrate()
         self.transcripts = Transcripts(data_dir / "transcripts", faults=faults)
