@@ -22,7 +22,6 @@ from pidesk.host.executions import Executions
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
-from pidesk.ids import new_id
 from pidesk.runtime.loop import Nudge, ToolOutcome, TurnEnd
 from pidesk.runtime.context_window import model_view
 from pidesk.runtime.prompts import system_prompt
@@ -82,7 +81,7 @@ class HostTurnContext:
         return model_view(self._transcript, self.p.config.context_limit)
 
     def new_message_id(self) -> str:
-        return new_id("m")
+        return self.p.store.new_message_id()
 
     def take_steers(self) -> list[str]:
         steers, self.live.steers = self.live.steers, []

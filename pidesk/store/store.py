@@ -80,7 +80,7 @@ class Store:
         self.transcripts = Transcripts(data_dir / "transcripts", faults=faults)
         self.blobs = Blobs(data_dir / "blobs")
         self._last_seq: dict[str, int] = {}
-        self._message_id = ordered_ids("m")
+        self.new_message_id = ordered_ids("m")  # ids that sort as made: the index inserts them at its edge
         # message index rows written behind their fsynced transcript lines
         self._pending_lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -153,7 +153,7 @@ class Store:
         with self.transcripts.lock(session_id):
             seq = self._next_seq(session_id)
             message = Message(
-                id=message_id or self._message_id(), session_id=session_id, turn_id=turn_id, seq=seq, role=role,
+                id=message_id or self.new_message_id(), session_id=session_id, turn_id=turn_id, seq=seq, role=role,
                 content=content, created_at=now_iso(),
             )
             data = encode_message(message)
