@@ -28,6 +28,7 @@ LM Studio, OpenRouter) through ``base_url``.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -149,7 +150,8 @@ class _Events:
 
     async def __aiter__(self) -> AsyncIterator[_Chunk]:
         data: list[str] = []
-        async for line in self._response.iter_lines():
+        lines = self._response.iter_lines()
+        async for line in lines:
             if line.startswith("data:"):
                 data.append(line[6:] if line.startswith("data: ") else line[5:])
                 continue
@@ -157,6 +159,7 @@ class _Events:
                 continue
             payload, data = "\n".join(data), []  # a blank line ends the event
             if payload.startswith("[DONE]"):
+                await _drain(lines)
                 return
             chunk = _chunks.decode(payload)
             if chunk.error:
@@ -165,6 +168,17 @@ class _Events:
                 raise self._api_error(str(message or "An error occurred during streaming"),
                                       self._response.http_request, body=error)
             yield chunk
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read what follows ``[DONE]`` (normally nothing but the body's end), for at most 0.1 s: an
+    HTTP/1.1 connection goes back to the pool only once its body has been read to the end."""
+    try:
+        async with asyncio.timeout(0.1):
+            async for _ in lines:
+                pass
+    except TimeoutError:
+        pass  # closed instead of reused
 
 
 @dataclass

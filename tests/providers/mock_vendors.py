@@ -60,7 +60,9 @@ Answer = Reply | Sse
 
 
 class MockVendor:
-    def __init__(self) -> None:
+    def __init__(self, keep_alive: bool = False) -> None:
+        self.keep_alive = keep_alive  # answer many requests on one connection (else close after each)
+        self.connections = 0
         self.requests: list[Received] = []
         self.holding = asyncio.Event()
         self.client_gone = asyncio.Event()
@@ -90,19 +92,10 @@ class MockVendor:
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
+        self.connections += 1
         try:
-            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-            method, path, _ = head[0].split(" ", 2)
-            headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in head[1:] if line)}
-            raw = await reader.readexactly(int(headers.get("content-length", "0")))
-            self.requests.append(Received(method, path, headers, json.loads(raw) if raw else None))
-            answer = self._answers.popleft() if self._answers else Reply(
-                400, {"error": {"type": "invalid_request_error", "message": "mock: no answer scripted"}}
-            )
-            if isinstance(answer, Reply):
-                await self._reply(writer, answer)
-            else:
-                await self._stream(reader, writer, answer)
+            while await self._answer_one(reader, writer) and self.keep_alive:
+                pass
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -111,31 +104,50 @@ class MockVendor:
                 await writer.wait_closed()
             self._handlers.discard(task)
 
-    @staticmethod
-    async def _reply(writer: asyncio.StreamWriter, answer: Reply) -> None:
+    async def _answer_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Read one request and answer it; False if the answer ended the connection."""
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        method, path, _ = head[0].split(" ", 2)
+        headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in head[1:] if line)}
+        raw = await reader.readexactly(int(headers.get("content-length", "0")))
+        self.requests.append(Received(method, path, headers, json.loads(raw) if raw else None))
+        answer = self._answers.popleft() if self._answers else Reply(
+            400, {"error": {"type": "invalid_request_error", "message": "mock: no answer scripted"}}
+        )
+        if isinstance(answer, Reply):
+            await self._reply(writer, answer)
+            return True
+        return await self._stream(reader, writer, answer)
+
+    async def _reply(self, writer: asyncio.StreamWriter, answer: Reply) -> None:
         body = json.dumps(answer.body).encode()
         headers = {"content-type": "application/json", "content-length": str(len(body)), **answer.headers}
-        writer.write(_status_line(answer.status) + _headers(headers) + body)
+        writer.write(_status_line(answer.status) + self._headers(headers) + body)
         await writer.drain()
 
-    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Sse) -> None:
-        writer.write(_status_line(200) + _headers(
+    def _headers(self, headers: dict[str, str]) -> bytes:
+        connection = {} if self.keep_alive else {"connection": "close"}
+        return "".join(f"{k}: {v}\r\n" for k, v in {**headers, **connection}.items()).encode() + b"\r\n"
+
+    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: Sse) -> bool:
+        writer.write(_status_line(200) + self._headers(
             {"content-type": "text/event-stream", "transfer-encoding": "chunked", "cache-control": "no-cache"}
         ))
         for frame in answer.frames:
             writer.write(b"%x\r\n%s\r\n" % (len(frame), frame))
             await writer.drain()
         if answer.cut:
-            return  # the connection closes with the body unfinished
+            return False  # the connection closes with the body unfinished
         if answer.hold:
             self.holding.set()
             with suppress(ConnectionError):
                 while await reader.read(4096):
                     pass
             self.client_gone.set()
-            return
+            return False
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+        return True
 
 
 def _status_line(status: int) -> bytes:
@@ -144,10 +156,6 @@ def _status_line(status: int) -> bytes:
     except ValueError:
         phrase = "Overloaded" if status == 529 else "Error"
     return f"HTTP/1.1 {status} {phrase}\r\n".encode()
-
-
-def _headers(headers: dict[str, str]) -> bytes:
-    return "".join(f"{k}: {v}\r\n" for k, v in {**headers, "connection": "close"}.items()).encode() + b"\r\n"
 
 
 async def closed_port_url() -> str:

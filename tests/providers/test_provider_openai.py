@@ -77,6 +77,19 @@ async def test_text_streams_as_deltas_then_usage_then_end(vendor: MockVendor, sl
 
 
 @pytest.mark.asyncio
+async def test_requests_one_after_another_share_one_kept_alive_connection(sleep: RecordedSleep) -> None:
+    async with MockVendor(keep_alive=True) as vendor:
+        answer = Sse([openai_chunk(content="Hel"), openai_chunk(content="lo"), openai_chunk(finish_reason="stop"),
+                      openai_usage(10, 2), OPENAI_DONE])
+        vendor.script(answer, answer, answer)
+        model = provider(vendor, sleep)
+        for _ in range(3):
+            assert await collect(model.stream(request(message("user", TextBlock(text="hi"))))) == hello()
+        await model.aclose()
+    assert (len(vendor.requests), vendor.connections) == (3, 1)  # the body read to its end after [DONE]
+
+
+@pytest.mark.asyncio
 async def test_request_carries_history_tool_results_by_id_and_tools(vendor: MockVendor, sleep: RecordedSleep) -> None:
     vendor.script(Sse(openai_text("ok")))
     history = [
