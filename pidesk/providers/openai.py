@@ -54,11 +54,12 @@ class OpenAIProvider(SdkProvider):
         # messages and tools are already wire-format dicts: they go in extra_body, merged into the
         # JSON after the SDK's type-directed transform, which would otherwise walk the whole
         # history on the event loop for every request (26 ms at 50 tool rounds). Same body sent.
-        body: dict[str, Any] = {"messages": openai_messages(request.system, request.messages)}
+        # stream_options too: the transform walks every typed argument given (0.1 ms for this one).
+        body: dict[str, Any] = {"messages": openai_messages(request.system, request.messages),
+                                "stream_options": {"include_usage": True}}
         if request.tools:
             body["tools"] = openai_tools(request.tools)
-        return {"model": self.model, "messages": [], "stream": True, "stream_options": {"include_usage": True},
-                "extra_body": body}
+        return {"model": self.model, "messages": [], "stream": True, "extra_body": body}
 
     def _sdk(self) -> tuple[Any, Any]:
         import openai
