@@ -150,7 +150,7 @@ class Host:
             raise Conflict(f"this host speaks protocol {PROTOCOL_VERSION}; the client asked for "
                            f"{protocol_version!r}", Code.PROTOCOL_MISMATCH)
         return {"protocolVersion": PROTOCOL_VERSION, "schemaVersion": self.store.schema_version,
-                "hostVersion": __version__}
+                "hostVersion": __version__, "strictPlanning": self.parts.config.strict_planning}
 
     async def host_status(self) -> dict[str, int]:
         with self.store.db.read() as db:

@@ -263,3 +263,31 @@ async def test_strict_planning_runs_contract_mode_bash_read_only_even_under_auto
     provider.enqueue(s["id"], tool("Bash", command="touch new.txt"), {"text": "ok"})
     await ended(sub, (await prompt(host, s["id"]))["turnId"])
     assert (project / "new.txt").exists()  # Agent mode is not sandboxed
+
+
+async def test_strict_planning_is_off_by_default_and_said_so_to_clients(make_host, provider, project):
+    host = make_host()
+    assert (await host.call("host.hello", {"protocolVersion": 1}))["strictPlanning"] is False
+    s = await session(host, project, mode="plan", permissionMode="auto")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Bash", command="touch made-while-planning.txt"), {"text": "done"})
+    await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    assert (project / "made-while-planning.txt").exists()  # the seeds' choice: Bash under auto is not sandboxed
+
+
+@pytest.mark.parametrize("mode", ["plan", "goal"])
+async def test_strict_planning_without_bubblewrap_refuses_bash_instead_of_running_it_unconfined(
+    make_host, provider, project, mode, monkeypatch, tmp_path
+):
+    empty = tmp_path / "no-bwrap-here"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no bwrap to be found (bash itself falls back to /bin/bash)
+    host = make_host(strict_planning=True)
+    assert (await host.call("host.hello", {"protocolVersion": 1}))["strictPlanning"] is True
+    s = await session(host, project, mode=mode, permissionMode="auto")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Bash", command="touch new.txt"), {"text": "looked"})
+    await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    result = tool_results((await state(host, s["id"]))["messages"], "Bash")[0]
+    assert result["errorCode"] == "TOOL_DENIED" and "bubblewrap" in result["output"]
+    assert not (project / "new.txt").exists()

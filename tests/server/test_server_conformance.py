@@ -163,7 +163,8 @@ def rpc_error(err: Any, code: int, data_code: str | None) -> None:
 async def test_host_methods_over_websocket_and_http(served):
     c = await served.ws()
     hello = await c.call("host.hello", {"protocolVersion": 1, "client": {"name": "conformance"}})
-    assert set(hello) == {"protocolVersion", "schemaVersion", "hostVersion"} and hello["protocolVersion"] == 1
+    assert set(hello) == {"protocolVersion", "schemaVersion", "hostVersion", "strictPlanning"}
+    assert hello["protocolVersion"] == 1 and hello["strictPlanning"] is False  # off unless configured
     status = await c.call("host.status")
     assert status == {"sessions": 0, "running": 0, "pendingApprovals": 0, "queued": 0}
     rpc_error(await c.error("host.hello", {"protocolVersion": 2}), -32000, "PROTOCOL_MISMATCH")

@@ -246,6 +246,17 @@ async def test_fork_from_a_message_and_shift_tab_cycles_the_mode(ui):
     assert [m["seq"] for m in (await ui.call("session.get", {"sessionId": child["id"]}))["messages"]] == [1, 2]
 
 
+@pytest.mark.host_config(strict_planning=True)
+async def test_a_strict_planning_host_labels_planning_under_auto_as_read_only(ui):
+    s = await ui.session(title="strict")
+    await ui.open(session=s["id"])
+    page = ui.page
+    await page.locator("#perm").select_option("auto")
+    await page.locator("#mode-chip").click()
+    await expect(page.locator("#may-do")).to_contain_text("Plan stays read-only under auto")
+    await expect(page.locator("#may-do")).not_to_contain_text("not read-only")
+
+
 async def test_project_from_url_gets_a_tab_and_the_first_prompt_creates_a_session(ui, tmp_path):
     other = tmp_path / "other-project"
     other.mkdir()

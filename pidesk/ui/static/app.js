@@ -7,7 +7,7 @@
 // and session are shown — also in the URL — and the composer's unsent draft).
 
 import { Rpc } from './wire.js';
-import { h, clip, explain, PERMISSION_LABEL } from './util.js';
+import { h, clip, explain, hostInfo, PERMISSION_LABEL } from './util.js';
 import { Transcript } from './transcript.js';
 import { createLayout } from './layout.js';
 import { createComposer } from './composer.js';
@@ -73,6 +73,7 @@ function onState(state, detail, initial) {
   S.conn = state;
   renderConn();
   if (state === 'open') {
+    hostInfo.strictPlanning = detail?.strictPlanning === true;
     markOnce('pidesk:connected');
     try {
       resync(initial);

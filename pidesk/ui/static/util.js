@@ -133,6 +133,9 @@ export function explain(code) {
 }
 
 // What the agent may do, in plain words, for a mode and permission mode.
+// What host.hello said about the host (set on every connect).
+export const hostInfo = { strictPlanning: false };
+
 export function mayDo(mode, permissionMode) {
   if (mode === 'agent') {
     return {
@@ -142,6 +145,12 @@ export function mayDo(mode, permissionMode) {
     }[permissionMode];
   }
   const M = mode === 'plan' ? 'Plan' : 'Goal';
+  if (permissionMode === 'auto' && hostInfo.strictPlanning) {
+    return {
+      text: `${M} stays read-only under auto: this host runs Bash in a read-only sandbox while planning (strict planning). Write and Edit stay blocked until you approve.`,
+      level: 'safe',
+    };
+  }
   if (permissionMode === 'auto') {
     return {
       text: `${M} is not read-only under auto: Bash runs without asking and can change files. Write and Edit stay blocked until you approve.`,
