@@ -45,7 +45,6 @@ class HostTurnContext:
         self.executions = executions
         self.delegates = delegates
         self._tools: dict[str, Tool] | None = None
-        self._transcript: list[Message] | None = None
         self._session: Session | None = None
 
     def _current(self) -> Session:
@@ -74,11 +73,12 @@ class HostTurnContext:
         return specs
 
     def history(self) -> list[Message]:
-        # Read the transcript once per turn; this turn is the session's only writer meanwhile,
-        # and every message it persists is added here by ``append``.
-        if self._transcript is None:
-            self._transcript = self.p.store.messages(self.session_id)
-        return model_view(self._transcript, self.p.config.context_limit)
+        # Read afresh for each model request, never kept on the context: a turn lives through
+        # tool runs, queueing for a step-gate slot and a person's answer, and every running turn
+        # holding its whole transcript made the host's memory grow with every turn of every busy
+        # session (docs/reliability.md, "Load"). Decoding costs about what the provider's
+        # conversion of the same messages costs (~1.6 ms at 500 messages).
+        return model_view(self.p.store.messages(self.session_id), self.p.config.context_limit)
 
     def new_message_id(self) -> str:
         return self.p.store.new_message_id()
@@ -102,8 +102,6 @@ class HostTurnContext:
             self.p.store.append_message, self.session_id, self.turn_id, role, content, message_id
         )
         self.p.bus.publish(MessageAppended(session_id=self.session_id, turn_id=self.turn_id, message=message))
-        if self._transcript is not None:
-            self._transcript.append(message)
         return message
 
     def tool_started(self, call: ToolCallBlock) -> None:
