@@ -186,8 +186,7 @@ class Store:
 
     def messages(self, session_id: str, through_seq: int | None = None) -> list[Message]:
         """Every message of a session from its transcript, optionally up to a seq (inclusive)."""
-        scan = self.transcripts.scan(session_id)
-        out = [as_message(s.line) for s in scan.lines if isinstance(s.line, MessageLine)]
+        out = self.transcripts.messages(session_id)
         if through_seq is not None:
             out = [m for m in out if m.seq <= through_seq]
         return out
