@@ -28,7 +28,6 @@ LM Studio, OpenRouter) through ``base_url``.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -173,13 +172,17 @@ class _Events:
 
 async def _drain(lines: AsyncIterator[str]) -> None:
     """Read what follows ``[DONE]`` (normally nothing but the body's end), for at most 0.1 s: an
-    HTTP/1.1 connection goes back to the pool only once its body has been read to the end."""
-    try:
-        async with asyncio.timeout(0.1):
-            async for _ in lines:
-                pass
-    except TimeoutError:
-        pass  # closed instead of reused
+    HTTP/1.1 connection goes back to the pool only once its body has been read to the end.
+
+    The bound is an anyio cancel scope, as in the SDK's own drain: httpx's reads run inside
+    anyio scopes, and an ``asyncio.timeout`` around them can let its cancellation escape as a
+    plain ``CancelledError`` — which would end the turn's task without ending the turn.
+    """
+    import anyio  # loaded with the SDK: httpx runs on it
+
+    with anyio.move_on_after(0.1):
+        async for _ in lines:
+            pass
 
 
 @dataclass

@@ -90,6 +90,20 @@ async def test_requests_one_after_another_share_one_kept_alive_connection(sleep:
 
 
 @pytest.mark.asyncio
+async def test_a_body_left_open_after_done_ends_the_stream_and_cancels_nothing(
+    vendor: MockVendor, sleep: RecordedSleep
+) -> None:
+    """The drain after [DONE] gives up after 0.1 s; its bound must not leak a cancellation into the turn."""
+    vendor.script(Sse([openai_chunk(content="Hel"), openai_chunk(content="lo"), openai_chunk(finish_reason="stop"),
+                       openai_usage(10, 2), OPENAI_DONE], hold=True))
+    model = provider(vendor, sleep)
+    assert await collect(model.stream(request(message("user", TextBlock(text="hi"))))) == hello()
+    for _ in range(3):
+        await asyncio.sleep(0)  # a stray cancel request would be delivered here
+    await model.aclose()
+
+
+@pytest.mark.asyncio
 async def test_request_carries_history_tool_results_by_id_and_tools(vendor: MockVendor, sleep: RecordedSleep) -> None:
     vendor.script(Sse(openai_text("ok")))
     history = [
