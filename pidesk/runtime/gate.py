@@ -67,7 +67,7 @@ class StepGate:
             except asyncio.CancelledError:
                 if granted.done() and not granted.cancelled():  # granted as it was cancelled: pass it on
                     self.give()
-                else:
+                elif granted in self._queue:  # (a give may already have passed over it, as cancelled)
                     self._queue.remove(granted)
                 raise
         taker.held = True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pidesk.runtime.gate import StepGate
 from tests.scenario import all_ended, prompt, session, tool
@@ -180,3 +182,66 @@ async def test_a_host_with_one_slot_runs_tools_of_many_sessions_to_completion(ma
     turns = [await prompt(host, s["id"]) for s in sessions]
     ends = await all_ended(sub, [t["turnId"] for t in turns])
     assert {e.reason for e in ends.values()} == {"completed"}
+
+
+@pytest.mark.asyncio
+async def test_a_queued_turn_cancelled_just_before_the_slot_frees_leaves_quietly_and_frees_nothing_twice():
+    gate = StepGate(1)
+    holder = gate.slot()
+    await holder.__aenter__()
+    waiter = asyncio.create_task(_enter(gate))
+    for _ in range(100):
+        if gate.queued:
+            break
+        await asyncio.sleep(0)
+    waiter.cancel()  # its place in the queue is cancelled now ...
+    await holder.__aexit__(None, None, None)  # ... and the slot is given before it has left the queue
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert gate.queued == 0
+    first, second = gate.slot(), gate.slot()
+    await first.__aenter__()  # the one slot is free again, once
+    blocked = asyncio.create_task(second.__aenter__())
+    await asyncio.sleep(0)
+    assert not blocked.done()
+    await first.__aexit__(None, None, None)
+    await asyncio.wait_for(blocked, 10)
+
+
+plans = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(slots=st.integers(1, 3), plans=plans, cancels=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 20)),
+                                                                max_size=4))
+def test_whatever_turns_do_and_whoever_is_cancelled_every_turn_ends_and_every_slot_comes_back(slots, plans, cancels):
+    async def scenario() -> None:
+        gate = StepGate(slots, patience=0.0)
+
+        async def turn(waits: list[int]) -> None:
+            async with gate.slot() as slot:
+                for yields in waits:
+                    async def outside(n: int = yields) -> None:
+                        for _ in range(n):
+                            await asyncio.sleep(0)
+                    await slot.wait_for(outside())
+
+        tasks = [asyncio.create_task(turn(waits)) for waits in plans]
+        loop = asyncio.get_running_loop()
+        for index, after in cancels:
+            if index < len(tasks):
+                loop.call_soon(lambda t=tasks[index], n=after: _cancel_after(loop, t, n))
+        done, pending = await asyncio.wait(tasks, timeout=10)
+        assert not pending, "a turn never ended"
+        for task in done:
+            assert task.cancelled() or task.exception() is None
+        assert (gate._free, gate.queued, len(gate._away)) == (slots, 0, 0)  # every slot back, nothing left
+
+    asyncio.run(scenario())
+
+
+def _cancel_after(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None], iterations: int) -> None:
+    if iterations:
+        loop.call_soon(_cancel_after, loop, task, iterations - 1)
+    else:
+        task.cancel()
