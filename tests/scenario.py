@@ -94,3 +94,15 @@ def alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+async def die(host: Host) -> None:
+    """The host process dies, in process: every turn stops where it is and records nothing more (a
+    real kill -9 is tests/crash/); the store closes without ``close()``'s graceful aborts."""
+    for live in host.parts.live.turns.values():
+        live.decided = True  # nothing may record an end now: the next host's recovery does
+    tasks = list(host.turns._tasks)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    host.store.close()

@@ -11,6 +11,11 @@ Invariants (seed 003 §1–§3):
 - A normal end commits, in one transaction: the turn row, the session back to
   idle, the execution state, and the notification for an unseen result
   (never for a focused session or an aborted turn). Events follow the commit.
+- A turn has a task of its own from the commit of its row: the caller of ``start``
+  (an RPC, or the end of the previous turn starting the next) only waits for the
+  prompt to be stored, so no caller's fate can strand a turn. Only an abort (or
+  the shutdown, which aborts) cancels that task; a stray cancellation ends the
+  turn as an ``INTERNAL`` error instead of leaving its session running.
 - Nothing runs after an abort is acknowledged: ``abort`` cancels the task and
   waits for it (Bash process groups are killed by the tool on cancellation).
 - After every turn end but an abort, ``after_turn`` runs: a queued execution
@@ -23,6 +28,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pidesk.core.errors import Code, Conflict, StoreError
 from pidesk.core.events import (
@@ -37,7 +43,7 @@ from pidesk.core.events import (
     TurnStarted,
 )
 from pidesk.core.modes import ExecutionState, NotificationKind, SessionStatus, TurnOrigin, TurnReason
-from pidesk.core.records import Block, Draft, Notification
+from pidesk.core.records import Block, Draft, Message, Notification
 from pidesk.host.delegates import Delegates
 from pidesk.host.delegates import cancel as cancel_delegates
 from pidesk.host.live import GoalProgress, LiveTurn
@@ -80,7 +86,16 @@ class Turns:
         consume_entry: str | None = None,
         fail_before_model: str | None = None,
     ) -> tuple[str, str]:
-        """Start a turn on an idle session (the caller checked it is idle). Returns (turn id, message id)."""
+        """Start a turn on an idle session (the caller checked it is idle); returns (turn id, message id)
+        once its prompt is durable.
+
+        From the commit of its row on, the turn belongs to a task of its own, which stores the prompt,
+        runs the agent loop and ends the turn. The caller only waits for the prompt: a caller
+        cancelled meanwhile (the end of the previous turn starting the next one, say) can never
+        leave the session running a turn that nobody drives.
+        """
+        if session_id in self.p.live.turns:
+            raise Conflict("the session already has an active turn", Code.AGENT_BUSY)
         turn_id = new_id("t")
         live = LiveTurn(
             session_id=session_id, turn_id=turn_id, origin=origin, unattended=unattended, draft=draft,
@@ -102,28 +117,32 @@ class Turns:
         self.p.publish_session(session_id)
         if approval_id is not None:
             self._publish_execution(approval_id)
-        try:
-            message = await self.p.in_thread(self.p.store.append_message, session_id, turn_id, "user", content)
-        except StoreError:
-            await self.finish(live, Failed(Code.PERSISTENCE_FAILURE))
-            raise
-        live.root_message_id = message.id
-        if live.decided:  # aborted (or shut down) while its prompt was being written: nothing runs
-            return turn_id, message.id
-        if consume_entry is not None:  # spent only once its prompt is in the transcript
-            with self.p.store.db.tx() as db:
-                repo.queue_remove(db, session_id, consume_entry)
-            self._publish_queue(session_id)
-        self.p.bus.publish(MessageAppended(session_id=session_id, turn_id=turn_id, message=message))
-        task = asyncio.create_task(self._drive(live, fail_before_model), name=f"turn {turn_id}")
+        # The prompt's write runs as a task of its own: nobody's cancellation can interrupt it.
+        write: asyncio.Future[Message] = asyncio.ensure_future(
+            self.p.in_thread(self.p.store.append_message, session_id, turn_id, "user", content))
+        stored: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._drive(live, write, stored, consume_entry, fail_before_model),
+                                   name=f"turn {turn_id}")
         live.task = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return turn_id, message.id
+        either: set[asyncio.Future[Any]] = {stored, task}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)  # (cancels neither)
+        if stored.done():
+            return turn_id, stored.result().id
+        # The task ended without answering: aborted before its first step. The prompt is still written.
+        return turn_id, (await asyncio.shield(write)).id
 
-    async def _drive(self, live: LiveTurn, fail_before_model: str | None) -> None:
-        """The task that owns one turn: run the agent loop, then end the turn with its outcome."""
+    async def _drive(self, live: LiveTurn, write: asyncio.Future[Message], stored: asyncio.Future[Message],
+                     consume_entry: str | None, fail_before_model: str | None) -> None:
+        """The task that owns one turn: store its prompt, run the agent loop, end the turn with its outcome.
+
+        ``stored`` answers the caller of ``start``: the prompt's message once it is durable and
+        announced, or the ``StoreError`` that failed it once the turn has ended.
+        """
         try:
+            if not await self._store_prompt(live, write, stored, consume_entry):
+                return
             if fail_before_model is not None:
                 end: TurnEnd = Failed(fail_before_model)
             else:
@@ -132,9 +151,13 @@ class Turns:
                 end = await run_turn(ctx, self.p.provider, self.p.gate)  # type: ignore[arg-type]
                 await Delegates.settle(live, end)  # seed 003 §3 rule 17
         except asyncio.CancelledError:
-            if not live.decided:  # cancelled by shutdown, not by abort
-                raise
-            return
+            if live.decided:  # aborted (an abort, or the host's shutdown, decides before it cancels)
+                return
+            # Nothing else may cancel a turn. Should something (a library's stray cancellation) do
+            # it anyway, the turn ends as an error rather than leave its session running forever.
+            log.error("turn %s was cancelled without an abort; it ends as an internal error", live.turn_id,
+                      exc_info=True)
+            end = Failed(Code.INTERNAL)
         except StoreError:
             log.exception("turn %s could not persist", live.turn_id)
             end = Failed(Code.PERSISTENCE_FAILURE)
@@ -142,6 +165,30 @@ class Turns:
             log.exception("turn %s failed inside the host", live.turn_id)
             end = Failed(Code.INTERNAL)
         await self.finish(live, end)
+
+    async def _store_prompt(self, live: LiveTurn, write: asyncio.Future[Message], stored: asyncio.Future[Message],
+                            consume_entry: str | None) -> bool:
+        """Wait for the prompt's write and announce it; False if the turn is over before it could run."""
+        try:
+            message = await asyncio.shield(write)
+        except Exception as exc:
+            try:
+                code = Code.PERSISTENCE_FAILURE if isinstance(exc, StoreError) else Code.INTERNAL
+                await self.finish(live, Failed(code))
+            finally:
+                stored.set_exception(exc)
+            return False
+        live.root_message_id = message.id
+        if live.decided:  # aborted (or shut down) while its prompt was being written: nothing runs
+            stored.set_result(message)
+            return False
+        if consume_entry is not None:  # spent only once its prompt is in the transcript
+            with self.p.store.db.tx() as db:
+                repo.queue_remove(db, live.session_id, consume_entry)
+            self._publish_queue(live.session_id)
+        self.p.bus.publish(MessageAppended(session_id=live.session_id, turn_id=live.turn_id, message=message))
+        stored.set_result(message)
+        return True
 
     async def finish(self, live: LiveTurn, end: TurnEnd) -> None:
         """End a turn as completed or error — once; a turn already decided is left alone."""

@@ -3,8 +3,11 @@ path denials before any Ask, audit completeness, abort killing Bash, held queues
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +15,7 @@ from pidesk.core import events as ev
 from pidesk.core.errors import PideskError
 from tests.scenario import (
     alive,
+    die,
     ended,
     permission_requested,
     pid_from_file,
@@ -126,9 +130,7 @@ async def test_a_restored_queue_waits_for_focus_then_starts_once(make_host, prov
     await prompt(first, s["id"])
     await provider.wait_reached("hold")
     await first.call("agent.queue.push", {"sessionId": s["id"], "text": "after restart"})
-    for task in list(first.turns._tasks):
-        task.cancel()
-    first.store.close()
+    await die(first)
     second = make_host()
     sub = second.subscribe()
     got = await state(second, s["id"])
@@ -149,9 +151,7 @@ async def test_direct_prompt_on_idle_session_is_accepted_even_with_a_held_queue(
     await prompt(first, s["id"])
     await provider.wait_reached("hold")
     await first.call("agent.queue.push", {"sessionId": s["id"], "text": "held"})
-    for task in list(first.turns._tasks):
-        task.cancel()
-    first.store.close()
+    await die(first)
     second = make_host()
     sub = second.subscribe()
     turn = await prompt(second, s["id"], "direct")
@@ -291,3 +291,57 @@ async def test_strict_planning_without_bubblewrap_refuses_bash_instead_of_runnin
     result = tool_results((await state(host, s["id"]))["messages"], "Bash")[0]
     assert result["errorCode"] == "TOOL_DENIED" and "bubblewrap" in result["output"]
     assert not (project / "new.txt").exists()
+
+
+async def test_the_next_turn_runs_to_its_end_even_if_the_turn_that_started_it_is_cancelled(host, provider, project):
+    """A queued turn starts from the end of the previous turn, inside that turn's task; the load soak
+    twice found it started and never ended. Whatever becomes of the task that starts a turn, the turn
+    has a task of its own from its first commit on."""
+    s = await session(host, project)
+    sub = host.subscribe()
+    provider.enqueue(s["id"], {"gate": "hold"}, {"text": "queued ran"})
+    await prompt(host, s["id"])
+    await provider.wait_reached("hold")
+    await host.call("agent.queue.push", {"sessionId": s["id"], "text": "queued"})
+    previous = host.parts.live.turns[s["id"]].task
+    assert previous is not None
+    writing, may_write = threading.Event(), threading.Event()
+    append = host.store.append_message
+
+    def slow_prompt(session_id: str, turn_id: str, role: str, content: list[Any], *rest: Any) -> Any:
+        if role == "user" and getattr(content[0], "text", None) == "queued":  # a slow disk, for this write only
+            writing.set()
+            assert may_write.wait(10)
+        return append(session_id, turn_id, role, content, *rest)
+
+    host.store.append_message = slow_prompt  # type: ignore[method-assign]
+    provider.release("hold")
+    queued = await sub.wait_for(lambda e: isinstance(e, ev.TurnStarted) and e.origin == "queued")
+    assert await asyncio.to_thread(writing.wait, 10)
+    assert not previous.done()  # the previous turn's task is waiting for the queued prompt to be stored
+    previous.cancel()
+    may_write.set()
+    end = await ended(sub, queued.turn_id)
+    assert (end.reason, end.error_code) == ("completed", None)
+    got = await state(host, s["id"])
+    assert got["session"]["status"] == "idle" and got["queue"] == []
+    assert [m["content"][0]["text"] for m in got["messages"][-2:]] == ["queued", "queued ran"]
+
+
+async def test_a_turn_cancelled_without_an_abort_ends_as_an_error_instead_of_running_forever(host, provider, project):
+    """Only an abort (or the shutdown, which aborts) may cancel a turn's task. A stray cancellation —
+    a library's, say — ends the turn with INTERNAL, and the session goes on to its queue."""
+    s = await session(host, project)
+    sub = host.subscribe()
+    provider.enqueue(s["id"], {"gate": "hold"}, {"text": "next ran"})
+    first = await prompt(host, s["id"])
+    await provider.wait_reached("hold")
+    await host.call("agent.queue.push", {"sessionId": s["id"], "text": "next"})
+    task = host.parts.live.turns[s["id"]].task
+    assert task is not None
+    task.cancel()
+    end = await ended(sub, first["turnId"])
+    assert (end.reason, end.error_code) == ("error", "INTERNAL")
+    queued = await sub.wait_for(lambda e: isinstance(e, ev.TurnStarted) and e.origin == "queued")
+    assert (await ended(sub, queued.turn_id)).reason == "completed"
+    assert (await state(host, s["id"]))["session"]["status"] == "idle"

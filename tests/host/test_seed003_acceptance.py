@@ -11,7 +11,7 @@ from pidesk.core import events as ev
 from pidesk.core.errors import PideskError
 from pidesk.providers.scripted import ScriptedProvider
 from tests.conftest import HostFactory
-from tests.scenario import ended, permission_requested, plan_requested, prompt, session, state, submit_goal, submit_plan, tool
+from tests.scenario import die, ended, permission_requested, plan_requested, prompt, session, state, submit_goal, submit_plan, tool
 
 pytestmark = pytest.mark.asyncio
 
@@ -290,9 +290,7 @@ async def test_acceptance12_expiry_times_out_and_restart_replays_nothing(make_ho
     sub2 = crashed.subscribe()
     turn = await prompt(crashed, sid)
     await plan_requested(sub2)
-    for task in list(crashed.turns._tasks):
-        task.cancel()
-    crashed.store.close()
+    await die(crashed)
     calls_before = provider.calls(sid)
     restarted = make_host()
     got = await state(restarted, sid)

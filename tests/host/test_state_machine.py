@@ -83,7 +83,7 @@ from pidesk.host.live import LiveTurn
 from pidesk.ids import parse_iso, utcnow
 from pidesk.providers.base import ModelRequest, StreamEvent
 from pidesk.providers.scripted import ScriptedProvider
-from tests.scenario import ended, plan_requested, prompt, session, state, submit_goal
+from tests.scenario import die, ended, plan_requested, prompt, session, state, submit_goal
 
 KEY = re.compile(r"\[\[([kx]\d+)\]\]")
 CONTRACT = ("plan", "goal")
@@ -680,12 +680,7 @@ class HostMachine(RuleBasedStateMachine):
                     before["turns"][t["id"]] = (sid, t["origin"])
         queues = {sid: (await self._state(sid))["queue"] for sid in self.sids}
 
-        old = self.host
-        tasks = list(old.turns._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        old.parts.store.close()
+        await die(self.host)
         self.sub.close()
         self.host = Host.open(self.config, self.provider)
         self.sub = self.host.subscribe()
@@ -982,10 +977,7 @@ async def test_a_push_after_the_restored_queue_was_emptied_starts_at_once(
     await prompt(host, sid)
     restored = await host.call("agent.queue.push", {"sessionId": sid, "text": "restored"})
     await provider.wait_reached("hold")
-    for task in list(host.turns._tasks):  # the process dies: no graceful abort
-        task.cancel()
-    await asyncio.gather(*host.turns._tasks, return_exceptions=True)
-    host.parts.store.close()
+    await die(host)  # the process dies: no graceful abort
 
     host = make_host()
     await host.call("agent.queue.remove", {"sessionId": sid, "entryId": restored["entryId"]})

@@ -10,6 +10,7 @@ import pytest
 from pidesk.plugins.hooks import EventHooks
 from pidesk.providers.scripted import ScriptedProvider
 from tests.scenario import (
+    die,
     ended,
     permission_requested,
     plan_requested,
@@ -106,9 +107,7 @@ async def test_session_turn_ended_fires_exactly_once_per_turn_whatever_ends_it(m
     crashed = await prompt(host, s["id"])
     await provider.wait_reached("crash")
     await hooks.drain()
-    for task in list(host.turns._tasks):
-        task.cancel()
-    host.store.close()
+    await die(host)
     restarted = make_host(provider=provider, hooks=hooks)
     await restarted.start_plugins()
     await restarted.start_plugins()  # announced once, however often plugins start
