@@ -26,7 +26,7 @@ from pidesk.runtime.loop import Nudge, ToolOutcome, TurnEnd
 from pidesk.runtime.context_window import model_view
 from pidesk.runtime.prompts import system_prompt
 from pidesk.store import repo
-from pidesk.tools import TOOL_SPECS, Tool, make_bash_tool, make_workspace_tools, run_tool
+from pidesk.tools import TOOL_SPECS, Tool, close_tools, make_bash_tool, make_workspace_tools, run_tool
 from pidesk.tools.base import ToolResult
 
 
@@ -173,6 +173,9 @@ class HostTurnContext:
         return ToolOutcome(ToolResult(ok=True, output=(
             f"{target.value.title()} mode entered. Investigate (Write and Edit are disabled), then call {submit}."
         )))
+
+    def close(self) -> None:
+        close_tools(self._tools)
 
     def _workspace_tools(self) -> dict[str, Tool]:
         if self._tools is None:

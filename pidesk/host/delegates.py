@@ -28,7 +28,7 @@ from pidesk.ids import new_id, now_iso
 from pidesk.runtime.loop import Completed, Failed, Nudge, ToolOutcome, TurnEnd, run_turn
 from pidesk.runtime.prompts import system_prompt
 from pidesk.store import repo
-from pidesk.tools import TOOL_SPECS, Tool, make_workspace_tools, run_tool
+from pidesk.tools import TOOL_SPECS, Tool, close_tools, make_workspace_tools, run_tool
 from pidesk.tools.base import ToolResult
 
 MAX_DELEGATES = 8
@@ -164,6 +164,9 @@ class DelegateContext:
 
     def may_end(self, nudged: bool) -> TurnEnd | Nudge:
         return Completed()
+
+    def close(self) -> None:
+        close_tools(self._tools)
 
     def _workspace_tools(self) -> dict[str, Tool]:
         if self._tools is None:

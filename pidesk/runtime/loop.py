@@ -80,6 +80,7 @@ class TurnContext(Protocol):
     async def authorize(self, call: ToolCallBlock) -> Allow | Deny: ...
     async def run_tool(self, call: ToolCallBlock) -> ToolOutcome: ...
     def may_end(self, nudged: bool) -> TurnEnd | Nudge: ...
+    def close(self) -> None: ...  # the loop is over: release what its tools hold (a spare shell)
 
 
 # A denial that means this turn cannot go on (an unattended run met an Ask).
@@ -89,8 +90,11 @@ MAX_MODEL_CALLS = 200  # a bound on every turn's loop
 
 
 async def run_turn(ctx: TurnContext, provider: Provider, gate: StepGate | None = None) -> TurnEnd:
-    async with (gate or StepGate()).slot() as slot:
-        return await _Turn(ctx, slot).run(provider)
+    try:
+        async with (gate or StepGate()).slot() as slot:
+            return await _Turn(ctx, slot).run(provider)
+    finally:
+        ctx.close()
 
 
 class _Turn:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pidesk.tools.base import Tool, ToolFailure, ToolResult, run_tool
-from pidesk.tools.bash import make_bash_tool
+from pidesk.tools.bash import Bash, make_bash_tool
 from pidesk.tools.browser import make_browser_preview_tool
 from pidesk.tools.files import (
     make_edit_tool,
@@ -30,6 +30,8 @@ __all__ = [
     "ToolFailure",
     "ToolResult",
     "check_paths",
+    "Bash",
+    "close_tools",
     "make_bash_tool",
     "make_edit_tool",
     "make_glob_tool",
@@ -40,6 +42,13 @@ __all__ = [
     "resolve",
     "run_tool",
 ]
+
+
+def close_tools(tools: Mapping[str, Tool] | None) -> None:
+    """A turn's loop is over: kill what its tools keep ready (Bash's spare shell)."""
+    for tool in (tools or {}).values():
+        if isinstance(tool, Bash):
+            tool.close()
 
 
 def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None) -> dict[str, Tool]:

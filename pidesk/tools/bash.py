@@ -1,4 +1,7 @@
-"""Bash: one ``bash -c`` per call, in the session root, in its own process group.
+"""Bash: a fresh bash per call, in the session root, in its own process group.
+
+Each call runs in a new process, started cold (``bash -c``) or ahead of time as a
+spare (``Bash`` below): either way nothing of one call's shell state reaches the next.
 
 Invariant: nothing a call starts outlives the call. The command runs as the
 leader of a new session (so its process group holds every descendant that does
@@ -37,6 +40,9 @@ MAX_TIMEOUT_MS: Final = 600_000
 _KILL_WAIT_S: Final = 2.0
 _EOF_WAIT_S: Final = 0.5
 _POLL_S: Final = 0.01
+WARM_LIMIT: Final = 1024  # bytes of command (and its NUL) a spare shell is handed; longer ones start cold
+SPARE_MAX_AGE_S: Final = 60.0  # a spare older than this is replaced, never raced against its idle exit
+SPARE_IDLE_S: Final = 120  # a spare nobody hands a command exits by itself after this
 
 
 class _Collector(asyncio.SubprocessProtocol):
@@ -55,7 +61,7 @@ class _Collector(asyncio.SubprocessProtocol):
             del self.tail[: -self.limit]
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if not self.eof.done():
+        if fd == 1 and not self.eof.done():  # (fd 0 is a spare shell's stdin, closed once written)
             self.eof.set_result(None)
 
     def process_exited(self) -> None:
@@ -99,51 +105,58 @@ def make_bash_tool(
     kill_grace_ms: int = 1_000,
     env: Mapping[str, str] | None = None,
     read_only: bool = False,
-) -> Tool:
+) -> Bash:
     """``env`` replaces the inherited environment (the composition root passes one
     without provider keys); ``None`` inherits the host's. ``read_only`` runs every
     command inside a bubblewrap sandbox where the whole file system is read-only
     (strict planning): the command can look, never change anything."""
-    root = root.resolve()
-    bash = shutil.which("bash") or "/bin/bash"
-    max_timeout_ms = max(MAX_TIMEOUT_MS, default_timeout_ms)
-    child_env = dict(env) if env is not None else None
+    return Bash(root, default_timeout_ms=default_timeout_ms, max_output=max_output, kill_grace_ms=kill_grace_ms,
+                env=env, read_only=read_only)
 
-    async def run(args: dict[str, Any]) -> ToolResult:
+
+class Bash:
+    """The Bash tool of one agent's turn: ``await bash(args)``; ``close()`` once the turn is over.
+
+    Spawning bash is most of a short call's cost (1.5–2 ms here, the dynamic loader
+    and bash's start-up), so each call also starts the *next* call's shell: a bash
+    that waits, in the root and with the call's environment, for a command on its
+    stdin, then reads stdin from /dev/null and ``eval``s the command — a fresh
+    process with a fresh state, as ``bash -c`` would be. It starts while the
+    current command runs and the agent talks to its model. A command longer than
+    ``WARM_LIMIT`` bytes (bash reads a pipe one byte at a time), the first call,
+    and a spare older than ``SPARE_MAX_AGE_S`` take a cold ``bash -c`` instead.
+    A spare nobody uses exits by itself after ``SPARE_IDLE_S`` or when the host
+    goes away (its stdin closes), and ``close()`` kills it at once.
+    """
+
+    def __init__(self, root: Path, *, default_timeout_ms: int, max_output: int, kill_grace_ms: int,
+                 env: Mapping[str, str] | None, read_only: bool) -> None:
+        self.root = root.resolve()
+        self.default_timeout_ms = default_timeout_ms
+        self.max_timeout_ms = max(MAX_TIMEOUT_MS, default_timeout_ms)
+        self.max_output = max_output
+        self.kill_grace_ms = kill_grace_ms
+        self.env = dict(env) if env is not None else None
+        self.read_only = read_only
+        self.bash = shutil.which("bash") or "/bin/bash"
+        self._spare: asyncio.Future[_Started] | None = None  # the next call's shell, maybe still starting
+        self._spare_born = 0.0
+        self._closed = False
+
+    async def __call__(self, args: dict[str, Any]) -> ToolResult:
         command = require_str(args, "Bash", "command")
         timeout_ms = (
-            optional_int(args, "Bash", "timeoutMs", minimum=1, maximum=max_timeout_ms)
-            or default_timeout_ms
+            optional_int(args, "Bash", "timeoutMs", minimum=1, maximum=self.max_timeout_ms)
+            or self.default_timeout_ms
         )
-        prefix = read_only_sandbox(root) if read_only else []
-        loop = asyncio.get_running_loop()
-        spawn = asyncio.ensure_future(
-            loop.subprocess_exec(
-                lambda: _Collector(max_output),
-                *prefix,
-                bash,
-                "-c",
-                command,
-                cwd=root,
-                env=child_env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-        try:
-            transport, collector = await asyncio.shield(spawn)
-        except asyncio.CancelledError:
-            await _kill_spawned(spawn)
-            raise
-        except OSError as exc:
-            raise ToolFailure(None, f"Bash: cannot start {bash} in {root}: {exc}") from None
+        if "\0" in command:
+            raise ToolFailure(Code.INVALID_ARGUMENTS, "Bash: a command cannot contain a NUL character")
+        transport, collector = await self._start(command)
         group = transport.get_pid()
         try:
             done, _ = await asyncio.wait({collector.exited}, timeout=timeout_ms / 1000)
             timed_out = not done
-            await _stop_group(group, kill_grace_ms / 1000)
+            await _stop_group(group, self.kill_grace_ms / 1000)
             await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)
             await asyncio.wait({collector.eof}, timeout=_EOF_WAIT_S)
         except BaseException:
@@ -166,7 +179,102 @@ def make_bash_tool(
             return ToolResult.failure(f"{output}\n[killed by signal {-code}]")
         return ToolResult(ok=code == 0, output=f"{output}\n[exit code {code}]")
 
-    return run
+    def close(self) -> None:
+        """Kill the spare shell, now or as soon as it has started; no spare is started after this."""
+        self._closed = True
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.add_done_callback(_discard)
+
+    async def aclose(self) -> None:
+        """``close()``, returning once the spare shell is gone."""
+        spare = self._spare
+        self.close()
+        if spare is not None:
+            await asyncio.wait({spare})
+            _discard(spare)
+            if not spare.cancelled() and spare.exception() is None:
+                await asyncio.wait({spare.result()[1].exited}, timeout=_KILL_WAIT_S)
+
+    async def _start(self, command: str) -> _Started:
+        """The command running: in the spare shell if there is a fresh one, else in a new ``bash -c``."""
+        data = command.encode() + b"\0"
+        spare = await self._take_spare() if len(data) <= WARM_LIMIT else None
+        if spare is not None:
+            transport, collector = spare
+            stdin = transport.get_pipe_transport(0)
+            assert isinstance(stdin, asyncio.WriteTransport)
+            stdin.write(data)
+            stdin.close()
+        else:
+            spawn = asyncio.ensure_future(self._spawn(["-c", command], stdin=subprocess.DEVNULL))
+            try:
+                transport, collector = await asyncio.shield(spawn)
+            except asyncio.CancelledError:
+                await _kill_spawned(spawn)
+                raise
+            except OSError as exc:
+                raise ToolFailure(None, f"Bash: cannot start {self.bash} in {self.root}: {exc}") from None
+        if self._spare is None and not self._closed and not self.read_only:  # (a sandbox is per call)
+            self._spare = asyncio.ensure_future(self._spawn(["-c", _WAIT_FOR_COMMAND], stdin=subprocess.PIPE))
+            self._spare_born = asyncio.get_running_loop().time()
+        return transport, collector
+
+    async def _take_spare(self) -> _Started | None:
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        if asyncio.get_running_loop().time() - self._spare_born > SPARE_MAX_AGE_S:
+            spare.add_done_callback(_discard)
+            return None
+        try:
+            transport, collector = await asyncio.shield(spare)  # (its spawn is all but done)
+        except asyncio.CancelledError:
+            spare.add_done_callback(_discard)
+            raise
+        except OSError:
+            return None
+        if transport.get_returncode() is not None:  # killed meanwhile: start afresh
+            transport.close()
+            return None
+        return transport, collector
+
+    async def _spawn(self, argv: list[str], *, stdin: int) -> _Started:
+        prefix = read_only_sandbox(self.root) if self.read_only else []
+        return await asyncio.get_running_loop().subprocess_exec(
+            lambda: _Collector(self.max_output),
+            *prefix,
+            self.bash,
+            *argv,
+            cwd=self.root,
+            env=self.env,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+_Started = tuple[asyncio.SubprocessTransport, _Collector]
+
+# What a spare shell runs: wait for a NUL-terminated command on stdin (for at most
+# SPARE_IDLE_S; at EOF, when the host has gone, run nothing), then run it as
+# ``bash -c`` would, with stdin from /dev/null. The variable is unset before the
+# command's first word runs.
+_WAIT_FOR_COMMAND = (
+    f'IFS= read -r -d "" -t {SPARE_IDLE_S} __pidesk_command || exit 0; exec </dev/null; '
+    'eval "unset __pidesk_command; $__pidesk_command"'
+)
+
+
+def _discard(spare: asyncio.Future[_Started]) -> None:
+    """Kill a spare shell nobody will use (its group: it has run nothing, but be thorough)."""
+    if spare.cancelled() or spare.exception() is not None:
+        return
+    transport, _ = spare.result()
+    if transport.get_returncode() is None:
+        _signal_group(transport.get_pid(), signal.SIGKILL)
+    transport.close()
 
 
 async def _kill_spawned(

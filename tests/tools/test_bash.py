@@ -2,15 +2,41 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from pidesk.core.errors import Code
-from pidesk.tools import make_bash_tool, run_tool
+from pidesk.tools import Bash, run_tool
+from pidesk.tools import make_bash_tool as _make_bash_tool
+from pidesk.tools.bash import _WAIT_FOR_COMMAND, WARM_LIMIT
 
 # The command records its background child's pid, then waits on it.
 SPAWNS_GRANDCHILD = "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; wait"
+
+
+MakeBash = Callable[..., Awaitable[Bash]]
+
+
+@pytest_asyncio.fixture(params=["cold", "warm"])
+async def make_bash_tool(request: pytest.FixtureRequest) -> AsyncIterator[MakeBash]:
+    """Bash tools made for one test, closed after it. Every test runs twice: on a tool's first call
+    (a cold ``bash -c``) and on a later one (the spare shell the previous call started)."""
+    made: list[Bash] = []
+
+    async def make(root: Path, **options: Any) -> Bash:
+        made.append(tool := _make_bash_tool(root, **options))
+        if request.param == "warm":
+            assert (await tool({"command": "true"})).ok  # starts the spare the test's call will run in
+        return tool
+
+    yield make
+    for tool in made:
+        await tool.aclose()
 
 
 def _stopped(pid: int) -> bool:
@@ -37,42 +63,42 @@ async def _pid_from(path: Path) -> int:
 
 
 @pytest.mark.asyncio
-async def test_success_output_and_exit_code(root: Path) -> None:
-    result = await run_tool(make_bash_tool(root), {"command": "echo out; echo err >&2; pwd"})
+async def test_success_output_and_exit_code(root: Path, make_bash_tool: MakeBash) -> None:
+    result = await run_tool(await make_bash_tool(root), {"command": "echo out; echo err >&2; pwd"})
     assert result.ok and result.error_code is None
     assert result.output == f"out\nerr\n{root}\n[exit code 0]"
 
 
 @pytest.mark.asyncio
-async def test_non_zero_exit_is_a_plain_failure(root: Path) -> None:
-    result = await run_tool(make_bash_tool(root), {"command": "echo failing; exit 3"})
+async def test_non_zero_exit_is_a_plain_failure(root: Path, make_bash_tool: MakeBash) -> None:
+    result = await run_tool(await make_bash_tool(root), {"command": "echo failing; exit 3"})
     assert (result.ok, result.error_code) == (False, None)
     assert result.output == "failing\n[exit code 3]"
 
 
 @pytest.mark.asyncio
-async def test_stdin_is_empty_and_silence_is_reported(root: Path) -> None:
-    result = await run_tool(make_bash_tool(root), {"command": "cat"})
+async def test_stdin_is_empty_and_silence_is_reported(root: Path, make_bash_tool: MakeBash) -> None:
+    result = await run_tool(await make_bash_tool(root), {"command": "cat"})
     assert result.ok and result.output == "(no output)\n[exit code 0]"
 
 
 @pytest.mark.asyncio
-async def test_killed_by_signal(root: Path) -> None:
-    result = await run_tool(make_bash_tool(root), {"command": "kill -KILL $$"})
+async def test_killed_by_signal(root: Path, make_bash_tool: MakeBash) -> None:
+    result = await run_tool(await make_bash_tool(root), {"command": "kill -KILL $$"})
     assert (result.ok, result.error_code) == (False, None)
     assert result.output.endswith("[killed by signal 9]")
 
 
 @pytest.mark.asyncio
-async def test_env_replaces_the_inherited_environment(root: Path) -> None:
-    tool = make_bash_tool(root, env={"PATH": os.environ["PATH"], "GREETING": "hi"})
+async def test_env_replaces_the_inherited_environment(root: Path, make_bash_tool: MakeBash) -> None:
+    tool = await make_bash_tool(root, env={"PATH": os.environ["PATH"], "GREETING": "hi"})
     result = await run_tool(tool, {"command": 'echo "$GREETING ${HOME:-nohome}"'})
     assert result.output == "hi nohome\n[exit code 0]"
 
 
 @pytest.mark.asyncio
-async def test_output_keeps_the_tail_and_says_what_was_cut(root: Path) -> None:
-    tool = make_bash_tool(root, max_output=1000)
+async def test_output_keeps_the_tail_and_says_what_was_cut(root: Path, make_bash_tool: MakeBash) -> None:
+    tool = await make_bash_tool(root, max_output=1000)
     result = await run_tool(tool, {"command": "head -c 100000 /dev/zero | tr '\\0' x; echo; echo END"})
     assert result.ok
     first, *_ = result.output.splitlines()
@@ -82,15 +108,15 @@ async def test_output_keeps_the_tail_and_says_what_was_cut(root: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_truncation_does_not_split_a_character(root: Path) -> None:
-    tool = make_bash_tool(root, max_output=9)
+async def test_truncation_does_not_split_a_character(root: Path, make_bash_tool: MakeBash) -> None:
+    tool = await make_bash_tool(root, max_output=9)
     result = await run_tool(tool, {"command": "printf 'ééééééééé'"})
     assert result.output == "[10 earlier bytes of output cut]\néééé\n[exit code 0]"
 
 
 @pytest.mark.asyncio
-async def test_timeout_kills_the_whole_group(root: Path) -> None:
-    tool = make_bash_tool(root, kill_grace_ms=200)
+async def test_timeout_kills_the_whole_group(root: Path, make_bash_tool: MakeBash) -> None:
+    tool = await make_bash_tool(root, kill_grace_ms=200)
     result = await run_tool(tool, {"command": "echo started; " + SPAWNS_GRANDCHILD, "timeoutMs": 300})
     assert (result.ok, result.error_code) == (False, Code.TOOL_TIMEOUT)
     assert result.output.startswith("started\n")
@@ -100,8 +126,8 @@ async def test_timeout_kills_the_whole_group(root: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_timeout_escalates_to_sigkill_for_a_process_ignoring_sigterm(root: Path) -> None:
-    tool = make_bash_tool(root, kill_grace_ms=100)
+async def test_timeout_escalates_to_sigkill_for_a_process_ignoring_sigterm(root: Path, make_bash_tool: MakeBash) -> None:
+    tool = await make_bash_tool(root, kill_grace_ms=100)
     command = "bash -c 'trap \"\" TERM; echo $$ > stubborn.pid; while :; do :; done' & wait"
     result = await run_tool(tool, {"command": command, "timeoutMs": 300})
     assert result.error_code == Code.TOOL_TIMEOUT
@@ -109,8 +135,8 @@ async def test_timeout_escalates_to_sigkill_for_a_process_ignoring_sigterm(root:
 
 
 @pytest.mark.asyncio
-async def test_cancellation_kills_the_whole_group_before_it_completes(root: Path) -> None:
-    task = asyncio.create_task(run_tool(make_bash_tool(root), {"command": SPAWNS_GRANDCHILD}))
+async def test_cancellation_kills_the_whole_group_before_it_completes(root: Path, make_bash_tool: MakeBash) -> None:
+    task = asyncio.create_task(run_tool(await make_bash_tool(root), {"command": SPAWNS_GRANDCHILD}))
     child = await _pid_from(root / "child.pid")
     shell = await _pid_from(root / "shell.pid")
     assert not _stopped(child)
@@ -122,19 +148,19 @@ async def test_cancellation_kills_the_whole_group_before_it_completes(root: Path
 
 
 @pytest.mark.asyncio
-async def test_background_leftovers_are_stopped_when_the_command_ends(root: Path) -> None:
-    result = await run_tool(make_bash_tool(root), {"command": "sleep 30 & echo $! > child.pid; echo done"})
+async def test_background_leftovers_are_stopped_when_the_command_ends(root: Path, make_bash_tool: MakeBash) -> None:
+    result = await run_tool(await make_bash_tool(root), {"command": "sleep 30 & echo $! > child.pid; echo done"})
     assert result.ok and result.output == "done\n[exit code 0]"
     assert _stopped(int((root / "child.pid").read_text()))
 
 
 @pytest.mark.asyncio
-async def test_a_detached_process_holding_the_output_cannot_hang_the_call(root: Path) -> None:
+async def test_a_detached_process_holding_the_output_cannot_hang_the_call(root: Path, make_bash_tool: MakeBash) -> None:
     command = (
         "setsid sh -c 'echo $$ > child.pid; exec sleep 30' & "
         "until [ -s child.pid ]; do :; done; echo done"
     )
-    result = await run_tool(make_bash_tool(root), {"command": command})
+    result = await run_tool(await make_bash_tool(root), {"command": command})
     child = int((root / "child.pid").read_text())
     try:
         assert result.ok
@@ -149,6 +175,76 @@ async def test_a_detached_process_holding_the_output_cannot_hang_the_call(root: 
     [{}, {"command": ""}, {"command": 1}, {"command": "true", "timeoutMs": 0},
      {"command": "true", "timeoutMs": True}, {"command": "true", "timeoutMs": 600_001}],
 )
-async def test_malformed_arguments(root: Path, args: dict[str, object]) -> None:
-    result = await run_tool(make_bash_tool(root), dict(args))
+async def test_malformed_arguments(root: Path, args: dict[str, object], make_bash_tool: MakeBash) -> None:
+    result = await run_tool(await make_bash_tool(root), dict(args))
+    assert result.error_code == Code.INVALID_ARGUMENTS
+
+
+def _spares() -> list[int]:
+    """This process's children that are spare shells waiting for a command."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == os.getpid() and b"__pidesk_command" in cmdline and stat[0] not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.asyncio
+async def test_each_call_runs_in_a_fresh_shell_whether_cold_or_prepared(root: Path) -> None:
+    tool = _make_bash_tool(root)
+    try:
+        first = await tool({"command": "x=1; export Y=2; cd /; echo $$"})
+        second = await tool({"command": 'echo "[$x][$Y][$PWD] $$"; declare -p __pidesk_command'})
+        shell = first.output.splitlines()[0]
+        line = second.output.splitlines()[0]
+        assert line.startswith(f"[][][{root}] ") and line.split()[-1] != shell  # no state, another process
+        assert "not found" in second.output and "[exit code 1]" in second.output  # the wrapper's variable is gone
+        third = await tool({"command": "echo 'unclosed"})  # a syntax error, as from bash -c: status 2
+        assert "unexpected EOF" in third.output and third.output.endswith("[exit code 2]")
+    finally:
+        await tool.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_long_command_takes_a_cold_shell_and_runs_all_the_same(root: Path) -> None:
+    tool = _make_bash_tool(root)
+    try:
+        await tool({"command": "true"})
+        long = "echo " + "y" * (WARM_LIMIT * 4)
+        result = await tool({"command": long})
+        assert result.ok and result.output.splitlines()[0] == "y" * (WARM_LIMIT * 4)
+    finally:
+        await tool.aclose()
+
+
+@pytest.mark.asyncio
+async def test_closing_the_tool_kills_its_spare_shell(root: Path) -> None:
+    tool = _make_bash_tool(root)
+    before = set(_spares())
+    await tool({"command": "true"})
+    assert len(set(_spares()) - before) == 1  # the next call's shell, waiting
+    await tool.aclose()
+    assert set(_spares()) == before
+    assert (await tool({"command": "true"})).ok  # a closed tool still runs a call, cold, and starts no spare
+    assert set(_spares()) == before
+
+
+def test_a_spare_whose_host_went_away_runs_nothing_and_exits(root: Path) -> None:
+    """The host dies between calls: the spare's stdin closes before any command arrives."""
+    marker = root / "ran"
+    spare = subprocess.run(["bash", "-c", _WAIT_FOR_COMMAND], input=f"touch {marker}".encode(),  # no NUL: cut short
+                           capture_output=True, timeout=10, cwd=root)
+    assert spare.returncode == 0 and spare.stdout == b"" and not marker.exists()
+
+
+@pytest.mark.asyncio
+async def test_a_nul_in_the_command_is_refused(root: Path, make_bash_tool: MakeBash) -> None:
+    result = await run_tool(await make_bash_tool(root), {"command": "echo a\0b"})
     assert result.error_code == Code.INVALID_ARGUMENTS
