@@ -36,6 +36,7 @@ from typing import Any
 
 from pidesk.core.errors import Code, InvalidParams
 from pidesk.faults import Faults
+from pidesk.runtime.gate import DEFAULT_SLOTS
 
 DEFAULT_APPROVAL_TIMEOUT = 1800.0
 DEFAULT_CONTEXT_LIMIT = 128_000
@@ -57,7 +58,7 @@ class HostConfig:
     # the config file's [plugins.mcp.<name>] tables (validated by pidesk.plugins.mcp_tools)
     mcp_servers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     # turns doing CPU work on the event loop at once (pidesk.runtime.gate): RPCs wait behind at most this many
-    step_slots: int = 2
+    step_slots: int = DEFAULT_SLOTS
 
     @classmethod
     def from_environ(

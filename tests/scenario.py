@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Any
 
 from pidesk.core import events as ev
@@ -106,3 +108,19 @@ async def die(host: Host) -> None:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     host.store.close()
+
+
+def spare_shells() -> set[int]:
+    """This process's children that are Bash spare shells waiting for a command (tools/bash.py)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == os.getpid() and b"__pidesk_command" in cmdline and stat[0] not in (b"Z", b"X"):
+            found.add(int(entry))
+    return found

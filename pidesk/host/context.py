@@ -174,8 +174,8 @@ class HostTurnContext:
             f"{target.value.title()} mode entered. Investigate (Write and Edit are disabled), then call {submit}."
         )))
 
-    def close(self) -> None:
-        close_tools(self._tools)
+    async def close(self) -> None:
+        await close_tools(self._tools)
 
     def _workspace_tools(self) -> dict[str, Tool]:
         if self._tools is None:

@@ -165,8 +165,8 @@ class DelegateContext:
     def may_end(self, nudged: bool) -> TurnEnd | Nudge:
         return Completed()
 
-    def close(self) -> None:
-        close_tools(self._tools)
+    async def close(self) -> None:
+        await close_tools(self._tools)
 
     def _workspace_tools(self) -> dict[str, Tool]:
         if self._tools is None:

@@ -80,7 +80,7 @@ class TurnContext(Protocol):
     async def authorize(self, call: ToolCallBlock) -> Allow | Deny: ...
     async def run_tool(self, call: ToolCallBlock) -> ToolOutcome: ...
     def may_end(self, nudged: bool) -> TurnEnd | Nudge: ...
-    def close(self) -> None: ...  # the loop is over: release what its tools hold (a spare shell)
+    async def close(self) -> None: ...  # the loop is over: release what its tools hold (a spare shell)
 
 
 # A denial that means this turn cannot go on (an unattended run met an Ask).
@@ -94,7 +94,7 @@ async def run_turn(ctx: TurnContext, provider: Provider, gate: StepGate | None =
         async with (gate or StepGate()).slot() as slot:
             return await _Turn(ctx, slot).run(provider)
     finally:
-        ctx.close()
+        await ctx.close()
 
 
 class _Turn:

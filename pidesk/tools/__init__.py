@@ -44,11 +44,11 @@ __all__ = [
 ]
 
 
-def close_tools(tools: Mapping[str, Tool] | None) -> None:
-    """A turn's loop is over: kill what its tools keep ready (Bash's spare shell)."""
+async def close_tools(tools: Mapping[str, Tool] | None) -> None:
+    """A turn's loop is over: kill what its tools keep ready (Bash's spare shell), and wait until it is gone."""
     for tool in (tools or {}).values():
         if isinstance(tool, Bash):
-            tool.close()
+            await tool.aclose()
 
 
 def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None) -> dict[str, Tool]:

@@ -187,14 +187,15 @@ class Bash:
             spare.add_done_callback(_discard)
 
     async def aclose(self) -> None:
-        """``close()``, returning once the spare shell is gone."""
+        """``close()``, returning once the spare shell has exited (bounded)."""
         spare = self._spare
         self.close()
         if spare is not None:
-            await asyncio.wait({spare})
-            _discard(spare)
-            if not spare.cancelled() and spare.exception() is None:
-                await asyncio.wait({spare.result()[1].exited}, timeout=_KILL_WAIT_S)
+            await asyncio.wait({spare}, timeout=_KILL_WAIT_S)
+            if spare.done():
+                _discard(spare)
+                if not spare.cancelled() and spare.exception() is None:
+                    await asyncio.wait({spare.result()[1].exited}, timeout=_KILL_WAIT_S)
 
     async def _start(self, command: str) -> _Started:
         """The command running: in the spare shell if there is a fresh one, else in a new ``bash -c``."""

@@ -22,6 +22,7 @@ from tests.scenario import (
     plan_requested,
     prompt,
     session,
+    spare_shells,
     state,
     submit_plan,
     tool,
@@ -345,3 +346,21 @@ async def test_a_turn_cancelled_without_an_abort_ends_as_an_error_instead_of_run
     queued = await sub.wait_for(lambda e: isinstance(e, ev.TurnStarted) and e.origin == "queued")
     assert (await ended(sub, queued.turn_id)).reason == "completed"
     assert (await state(host, s["id"]))["session"]["status"] == "idle"
+
+
+async def test_no_spare_shell_outlives_its_turn_whether_it_ends_or_is_aborted(host, provider, project):
+    """Each Bash call starts the next call's shell (tools/bash.py); the turn's end kills the one left."""
+    before = spare_shells()
+    s = await session(host, project, permissionMode="auto")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Bash", command="echo one"), tool("Bash", command="echo two"), {"text": "done"})
+    await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    assert [r["output"].splitlines()[0] for r in tool_results((await state(host, s["id"]))["messages"])] == [
+        "one", "two"]
+    assert spare_shells() == before
+    provider.enqueue(s["id"], tool("Bash", command="true"), tool("Bash", command="sleep 30"))
+    turn = await prompt(host, s["id"])
+    await sub.wait_for(lambda e: isinstance(e, ev.ToolStarted) and e.args.get("command") == "sleep 30")
+    await host.call("agent.abort", {"sessionId": s["id"]})
+    assert (await ended(sub, turn["turnId"])).reason == "aborted"
+    assert spare_shells() == before

@@ -14,6 +14,7 @@ from pidesk.core.errors import Code
 from pidesk.tools import Bash, run_tool
 from pidesk.tools import make_bash_tool as _make_bash_tool
 from pidesk.tools.bash import _WAIT_FOR_COMMAND, WARM_LIMIT
+from tests.scenario import spare_shells
 
 # The command records its background child's pid, then waits on it.
 SPAWNS_GRANDCHILD = "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; wait"
@@ -180,22 +181,6 @@ async def test_malformed_arguments(root: Path, args: dict[str, object], make_bas
     assert result.error_code == Code.INVALID_ARGUMENTS
 
 
-def _spares() -> list[int]:
-    """This process's children that are spare shells waiting for a command."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(stat[1]) == os.getpid() and b"__pidesk_command" in cmdline and stat[0] not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
-
-
 @pytest.mark.asyncio
 async def test_each_call_runs_in_a_fresh_shell_whether_cold_or_prepared(root: Path) -> None:
     tool = _make_bash_tool(root)
@@ -227,13 +212,13 @@ async def test_a_long_command_takes_a_cold_shell_and_runs_all_the_same(root: Pat
 @pytest.mark.asyncio
 async def test_closing_the_tool_kills_its_spare_shell(root: Path) -> None:
     tool = _make_bash_tool(root)
-    before = set(_spares())
+    before = spare_shells()
     await tool({"command": "true"})
-    assert len(set(_spares()) - before) == 1  # the next call's shell, waiting
+    assert len(spare_shells() - before) == 1  # the next call's shell, waiting
     await tool.aclose()
-    assert set(_spares()) == before
+    assert spare_shells() == before
     assert (await tool({"command": "true"})).ok  # a closed tool still runs a call, cold, and starts no spare
-    assert set(_spares()) == before
+    assert spare_shells() == before
 
 
 def test_a_spare_whose_host_went_away_runs_nothing_and_exits(root: Path) -> None:
