@@ -524,7 +524,23 @@ class Soak:
             except TimeoutError:
                 raise Stuck(f"waited {self.cfg.step_timeout:.0f} s for {what}; the session is {view.status}, "
                             f"queue {len(view.queue)}, turns {len(view.started)} started / {len(view.ended)} "
-                            "ended") from None
+                            f"ended; the host says: {await self._host_view(client, view)}") from None
+
+    async def _host_view(self, client: Client, view: View) -> str:
+        """What the host itself says of a stuck session: its row, newest turns and messages, waits."""
+        try:
+            got = await client.call("session.get", {"sessionId": view.sid, "limit": 4})
+            turns = (await client.call("session.turns", {"sessionId": view.sid, "limit": 3}))["turns"]
+        except (RpcFailed, TimeoutError, ConnectionError) as exc:
+            return f"(could not ask: {exc!r})"
+        session = got["session"]
+        messages = [f"{m['seq']} {m['role']} " + ",".join(b.get("name") or b["type"] for b in m["content"])
+                    for m in got["messages"]]
+        return (f"status {session['status']}, currentTurnId {session.get('currentTurnId')}, "
+                f"turns {[(t['id'], t['origin'], t['state'], t.get('reason')) for t in turns]}, "
+                f"last messages {messages}, queue {len(got['queue'])}, "
+                f"pending permissions {len(got['pendingPermissions'])}, pending approval "
+                f"{bool(got['pendingApproval'])}")
 
     async def _idle_call(self, client: Client, view: View, method: str, params: dict[str, Any]) -> Any:
         """A call that needs an idle session, made once events said it is idle. A host that is not

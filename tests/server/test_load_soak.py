@@ -33,7 +33,7 @@ def test_twenty_sessions_under_mixed_load_lose_no_event_and_account_for_every_ap
 
     result, _server = load_soak.soak(tmp_path, config)
 
-    assert result.failures == []
+    assert result.failures == [], "\n".join(result.failures)
     assert result.healthy
     # events: every connection saw every seq once, and the same span
     assert len(result.connections) == 3
