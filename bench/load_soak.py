@@ -536,11 +536,30 @@ class Soak:
         session = got["session"]
         messages = [f"{m['seq']} {m['role']} " + ",".join(b.get("name") or b["type"] for b in m["content"])
                     for m in got["messages"]]
-        return (f"status {session['status']}, currentTurnId {session.get('currentTurnId')}, "
+        turn = session.get("currentTurnId")
+        return (f"status {session['status']}, currentTurnId {turn}, "
                 f"turns {[(t['id'], t['origin'], t['state'], t.get('reason')) for t in turns]}, "
                 f"last messages {messages}, queue {len(got['queue'])}, "
                 f"pending permissions {len(got['pendingPermissions'])}, pending approval "
-                f"{bool(got['pendingApproval'])}")
+                f"{bool(got['pendingApproval'])}; its task awaits: {await self._turn_stack(turn)}")
+
+    async def _turn_stack(self, turn_id: str | None) -> str:
+        """Ask the server (SIGUSR1) what the turn's task awaits, and read the answer from its stderr."""
+        path = self.server.stderr
+        if turn_id is None or path is None or self.server.proc.poll() is not None:
+            return "(no turn, or no server to ask)"
+        start = path.stat().st_size
+        os.kill(self.server.proc.pid, signal.SIGUSR1)
+        for _ in range(100):  # bounded: the server answers within milliseconds
+            with path.open("rb") as f:
+                f.seek(start)
+                dump = f.read().decode(errors="replace")
+            if "pidesk: end of tasks" in dump:
+                parts = dump.split(f"--- task turn {turn_id}\n")
+                return parts[1].split("--- task ")[0].split("pidesk: end")[0].strip() if len(parts) > 1 else \
+                    "(no task for it: the turn is not being driven)"
+            await asyncio.sleep(0.05)
+        return "(the server did not answer SIGUSR1)"
 
     async def _idle_call(self, client: Client, view: View, method: str, params: dict[str, Any]) -> Any:
         """A call that needs an idle session, made once events said it is idle. A host that is not

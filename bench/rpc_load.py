@@ -113,6 +113,7 @@ class Server:
     token: str
     started: float
     ready: float
+    stderr: Path | None = None  # where the server's stderr goes (SIGUSR1 writes its tasks' stacks there)
 
     @property
     def port(self) -> int:
@@ -136,7 +137,7 @@ def served(scratch: Path, data_dir: Path, model: str | None, env_extra: dict[str
             raise RuntimeError(f"pidesk serve did not announce itself ({line!r}): "
                                f"{(scratch / 'serve.err').read_text()[-2000:]}")
         base, _, query = line[len(prefix):].partition("/?token=")
-        yield Server(proc, base, query.split("&")[0], started, ready)
+        yield Server(proc, base, query.split("&")[0], started, ready, scratch / "serve.err")
     finally:
         code = stop(proc)
         err.close()

@@ -6,7 +6,8 @@ listen, then write ``host.json`` (mode 0600) and announce the URL. What start-up
 allocated is frozen out of the garbage collector's way just before (and the vendor
 SDK once its background import is done), so a full collection walks only what the
 turns allocate. On SIGTERM/SIGINT: stop accepting, abort running turns (recorded),
-close the store, remove ``host.json``, release the lock, exit 0.
+close the store, remove ``host.json``, release the lock, exit 0. On SIGUSR1: write
+the stack of every task (each turn's first) to stderr, to see what a stuck turn waits on.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import resource
 import secrets
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import uvicorn
 
@@ -89,6 +92,7 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # our own handlers: uvicorn's re-raise the signal at exit
         loop.add_signal_handler(sig, _request_exit, server)
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
     host_json = config.data_dir / "host.json"
     try:
         await server.startup(sockets=[sock])
@@ -110,11 +114,31 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
             warming.cancel()
     finally:
         host_json.unlink(missing_ok=True)
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             loop.remove_signal_handler(sig)
         if server.started:
             await server.shutdown(sockets=[sock])
         sock.close()
+
+
+def dump_tasks(out: TextIO | None = None) -> None:
+    """Write what every task awaits right now (turns first) to ``out`` (stderr): each task's chain
+    of awaiting coroutines, innermost last, then the object it waits on."""
+    out = out or sys.stderr
+    tasks = sorted(asyncio.all_tasks(), key=lambda t: (not t.get_name().startswith("turn "), t.get_name()))
+    out.write(f"pidesk: {len(tasks)} tasks\n")
+    for task in tasks:
+        out.write(f"--- task {task.get_name()}\n")
+        awaited: object = task.get_coro()
+        for _ in range(100):  # bounded: a chain of awaits is never this deep
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+            if frame is None:
+                break
+            out.write(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}\n")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+        out.write(f"  waiting on {awaited!r:.300}\n")
+    out.write("pidesk: end of tasks\n")
+    out.flush()
 
 
 def _freeze_start_up() -> None:

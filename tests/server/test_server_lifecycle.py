@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from websockets.asyncio.client import connect
@@ -195,3 +197,34 @@ def test_stale_host_json_does_not_announce_a_dead_host(tmp_path, spawn):
     assert (data_dir / "host.json").stat().st_mode & 0o777 == 0o600
     assert proc.sigterm() == 0
     assert not (data_dir / "host.json").exists()
+
+
+def test_sigusr1_writes_what_each_turn_awaits_and_the_host_carries_on(spawn, gate_script, project):
+    """The soak's tool for a turn that never ends: where is it waiting? (docs/reliability.md, "Load")"""
+    proc = spawn("--model", f"scripted/{gate_script}")
+
+    async def call(method: str, params: dict) -> dict:
+        async with connect(proc.url.replace("http://", "ws://") + f"/rpc?token={proc.token}", proxy=None) as ws:
+            await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            while True:
+                message = json.loads(await ws.recv())
+                if message.get("id") == 1:
+                    return message["result"]
+
+    session = asyncio.run(call("session.create", {"projectPath": str(project)}))
+    turn = asyncio.run(call("agent.prompt", {"sessionId": session["id"], "text": "wait forever"}))
+    proc.popen.send_signal(signal.SIGUSR1)
+    assert proc.popen.stderr is not None
+    stderr, dump = proc.popen.stderr.fileno(), b""  # the raw pipe: nothing else reads it meanwhile
+    deadline = time.monotonic() + 20
+    while b"pidesk: end of tasks\n" not in dump:
+        assert select.select([stderr], [], [], max(0.0, deadline - time.monotonic()))[0], dump
+        dump += os.read(stderr, 65536)
+    turn_stack = dump.decode().split(f"--- task turn {turn['turnId']}\n")[1].split("--- task ")[0]
+    # from the turn's task down to the await it is parked at: the model's stream (an async generator,
+    # whose own frames the interpreter does not expose from outside)
+    assert " in _drive\n" in turn_stack and " in stream\n" in turn_stack and " in wait_for\n" in turn_stack
+    assert turn_stack.splitlines()[-1].startswith("  waiting on <async_generator_asend")
+    assert asyncio.run(call("host.status", {}))["running"] == 1  # the signal changed nothing
+    proc.popen.send_signal(signal.SIGTERM)
+    assert proc.popen.wait(timeout=20) == 0
