@@ -162,6 +162,7 @@ class Bash:
         except BaseException:
             _signal_group(group, signal.SIGKILL)
             await _wait_stopped(group, _KILL_WAIT_S)
+            await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)  # reaped by the watcher, not by close()
             raise
         finally:
             transport.close()
@@ -272,10 +273,14 @@ def _discard(spare: asyncio.Future[_Started]) -> None:
     """Kill a spare shell nobody will use (its group: it has run nothing, but be thorough)."""
     if spare.cancelled() or spare.exception() is not None:
         return
-    transport, _ = spare.result()
-    if transport.get_returncode() is None:
-        _signal_group(transport.get_pid(), signal.SIGKILL)
-    transport.close()
+    transport, collector = spare.result()
+    if transport.get_returncode() is not None:
+        transport.close()
+        return
+    _signal_group(transport.get_pid(), signal.SIGKILL)
+    # Closed once the child watcher has reaped it: closing a transport whose exit is not yet
+    # reported polls the process, which would reap it first and leave the watcher a stale pid.
+    collector.exited.add_done_callback(lambda _: transport.close())
 
 
 async def _kill_spawned(
@@ -284,11 +289,12 @@ async def _kill_spawned(
     """Cancelled while spawning: the command may already run, so let the spawn finish
     and kill its group (``subprocess_exec`` on its own would kill only bash)."""
     try:
-        transport, _ = await spawn
+        transport, collector = await spawn
     except OSError:
         return
     _signal_group(transport.get_pid(), signal.SIGKILL)
     await _wait_stopped(transport.get_pid(), _KILL_WAIT_S)
+    await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)
     transport.close()
 
 
