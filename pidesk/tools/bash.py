@@ -25,21 +25,26 @@ are kept, with a note of how much was cut.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import signal
 import subprocess
 from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
 
 from pidesk.core.errors import Code
 from pidesk.tools.base import Tool, ToolFailure, ToolResult, optional_int, require_str
 
+log = logging.getLogger("pidesk.tools.bash")
+
 MAX_TIMEOUT_MS: Final = 600_000
 _KILL_WAIT_S: Final = 2.0
 _EOF_WAIT_S: Final = 0.5
 _POLL_S: Final = 0.01
+_EXIT_CHECK_S: Final = 1.0  # how often a running command's process is checked directly (_wait_exit)
 WARM_LIMIT: Final = 1024  # bytes of command (and its NUL) a spare shell is handed; longer ones start cold
 SPARE_MAX_AGE_S: Final = 60.0  # a spare older than this is replaced, never raced against its idle exit
 SPARE_IDLE_S: Final = 120  # a spare nobody hands a command exits by itself after this
@@ -53,6 +58,7 @@ class _Collector(asyncio.SubprocessProtocol):
         self.total = 0
         self.exited: asyncio.Future[None] = loop.create_future()
         self.eof: asyncio.Future[None] = loop.create_future()
+        self.unreported_code: int | None = None  # the exit status, when asyncio's watcher lost the exit
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         self.total += len(data)
@@ -154,8 +160,7 @@ class Bash:
         transport, collector = await self._start(command)
         group = transport.get_pid()
         try:
-            done, _ = await asyncio.wait({collector.exited}, timeout=timeout_ms / 1000)
-            timed_out = not done
+            timed_out = not await _wait_exit(group, collector, timeout_ms / 1000)
             await _stop_group(group, self.kill_grace_ms / 1000)
             await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)
             await asyncio.wait({collector.eof}, timeout=_EOF_WAIT_S)
@@ -176,6 +181,8 @@ class Bash:
                 "were killed]",
             )
         code = transport.get_returncode()
+        if code is None:  # the child watcher never reported it (_wait_exit)
+            code = collector.unreported_code
         if code is not None and code < 0:
             return ToolResult.failure(f"{output}\n[killed by signal {-code}]")
         return ToolResult(ok=code == 0, output=f"{output}\n[exit code {code}]")
@@ -281,6 +288,51 @@ def _discard(spare: asyncio.Future[_Started]) -> None:
     # Closed once the child watcher has reaped it: closing a transport whose exit is not yet
     # reported polls the process, which would reap it first and leave the watcher a stale pid.
     collector.exited.add_done_callback(lambda _: transport.close())
+
+
+async def _wait_exit(pid: int, collector: _Collector, timeout: float) -> bool:
+    """Wait, at most ``timeout`` seconds, for bash to exit; False if it is still running.
+
+    The exit normally arrives from asyncio's child watcher. Under the load soak's process
+    churn, Python 3.11's watcher was seen never to report one (its table of children is keyed
+    by pid, and pids wrap at 32,768 here): the turn then sat out its whole Bash timeout. So
+    every ``_EXIT_CHECK_S`` the process is also looked at directly, without reaping it; one
+    found exited twice in a row and still unreported counts as exited, with its own status,
+    and is reaped here.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    seen_exited = False
+    while (left := deadline - loop.time()) > 0:
+        done, _ = await asyncio.wait({collector.exited}, timeout=min(left, _EXIT_CHECK_S))
+        if done:
+            return True
+        status = _exit_status(pid)
+        if status is None:
+            seen_exited = False
+        elif not seen_exited:
+            seen_exited = True
+        else:
+            log.warning("asyncio's child watcher did not report the exit of bash (pid %d); using its status %d",
+                        pid, status)
+            collector.unreported_code = status
+            with suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            collector.process_exited()
+            return True
+    return False
+
+
+def _exit_status(pid: int) -> int | None:
+    """A child's exit status (as ``returncode`` would say it) if it has exited, without reaping it;
+    None while it runs. A child already reaped elsewhere gives 255, as asyncio says then."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return 255
+    if info is None:
+        return None
+    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
 
 
 async def _kill_spawned(

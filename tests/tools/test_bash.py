@@ -13,7 +13,7 @@ import pytest_asyncio
 from pidesk.core.errors import Code
 from pidesk.tools import Bash, run_tool
 from pidesk.tools import make_bash_tool as _make_bash_tool
-from pidesk.tools.bash import _WAIT_FOR_COMMAND, WARM_LIMIT
+from pidesk.tools.bash import _WAIT_FOR_COMMAND, WARM_LIMIT, _Collector, _wait_exit
 from tests.scenario import spare_shells
 
 # The command records its background child's pid, then waits on it.
@@ -233,3 +233,29 @@ def test_a_spare_whose_host_went_away_runs_nothing_and_exits(root: Path) -> None
 async def test_a_nul_in_the_command_is_refused(root: Path, make_bash_tool: MakeBash) -> None:
     result = await run_tool(await make_bash_tool(root), {"command": "echo a\0b"})
     assert result.error_code == Code.INVALID_ARGUMENTS
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("script", "code"), [("exit 7", 7), ("kill -KILL $$", -9)])
+async def test_an_exit_the_child_watcher_never_reports_is_found_directly(root: Path, script: str, code: int) -> None:
+    """The load soak caught a turn waiting in Bash for an exit asyncio's watcher never reported. Here no
+    watcher knows the process at all (it is started outside asyncio): the wait still ends, with its status."""
+    proc = subprocess.Popen(["bash", "-c", script], cwd=root)
+    try:
+        collector = _Collector(100)
+        assert await asyncio.wait_for(_wait_exit(proc.pid, collector, timeout=30), 20)
+        assert collector.exited.done() and collector.unreported_code == code
+        with pytest.raises(ChildProcessError):  # and reaped: no zombie is left behind
+            os.waitpid(proc.pid, os.WNOHANG)
+    finally:
+        proc.returncode = code  # (reaped above: Popen must not wait for it again)
+
+
+@pytest.mark.asyncio
+async def test_a_running_command_is_not_taken_for_exited(root: Path) -> None:
+    proc = subprocess.Popen(["sleep", "30"], cwd=root)
+    try:
+        assert not await _wait_exit(proc.pid, _Collector(100), timeout=2.5)  # two direct looks: running
+    finally:
+        proc.kill()
+        proc.wait()
