@@ -33,6 +33,20 @@ async def test_a_child_is_waited_for_without_a_thread_and_its_exit_is_seen():
 
 
 @pytest.mark.asyncio
+async def test_exit_statuses_and_signals_come_through_the_pidfd_watcher():
+    if not use_pidfd_watcher():
+        pytest.skip("this kernel offers no pidfds (Linux 5.3+)")
+    try:
+        exited = await asyncio.create_subprocess_exec("bash", "-c", "exit 3")
+        killed = await asyncio.create_subprocess_exec("sleep", "30")
+        killed.kill()
+        assert await asyncio.wait_for(exited.wait(), 10) == 3
+        assert await asyncio.wait_for(killed.wait(), 10) == -9
+    finally:
+        asyncio.set_child_watcher(asyncio.ThreadedChildWatcher())
+
+
+@pytest.mark.asyncio
 async def test_without_it_python_311_starts_a_thread_per_child():
     """The cost the pidfd watcher removes (this proves the check above can fail)."""
     asyncio.set_child_watcher(asyncio.ThreadedChildWatcher())
