@@ -47,15 +47,16 @@ class PidfdWatcher(asyncio.AbstractChildWatcher):
     """One pidfd per child, handed to its own reader; the child is reaped through it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self._loop: asyncio.AbstractEventLoop | None = loop
 
     def add_child_handler(  # type: ignore[override]
             self, pid: int, callback: Callable[..., object], *args: Any) -> None:
+        assert self._loop is not None  # (asyncio checks is_active() first)
         pidfd = os.pidfd_open(pid)
         self._loop.add_reader(pidfd, self._exited, pid, pidfd, callback, args)
 
     def _exited(self, pid: int, pidfd: int, callback: Callable[..., object], args: tuple[Any, ...]) -> None:
-        self._loop.remove_reader(pidfd)
+        asyncio.get_running_loop().remove_reader(pidfd)
         try:
             info = os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
         except ChildProcessError:  # reaped elsewhere: asyncio's convention for a status nobody can know
@@ -72,10 +73,10 @@ class PidfdWatcher(asyncio.AbstractChildWatcher):
         return True  # asyncio never calls it for a running child; each reader removes itself
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        pass  # bound to the loop it was made for
+        self._loop = loop  # asyncio moves it along with the main thread's event loop, as 3.11's own
 
     def is_active(self) -> bool:
-        return not self._loop.is_closed()
+        return self._loop is not None and self._loop.is_running()
 
     def close(self) -> None:
         pass
