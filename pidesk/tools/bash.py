@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from pidesk.core.errors import Code
-from pidesk.tools.base import Tool, ToolFailure, ToolResult, optional_int, require_str
+from pidesk.tools.base import ToolFailure, ToolResult, optional_int, require_str
+from pidesk.tools.children import exit_code
 
 log = logging.getLogger("pidesk.tools.bash")
 
@@ -121,7 +122,7 @@ def make_bash_tool(
 
 
 class Bash:
-    """The Bash tool of one agent's turn: ``await bash(args)``; ``close()`` once the turn is over.
+    """The Bash tool of one agent's turn: ``await bash(args)``; ``aclose()`` once the turn is over.
 
     Spawning bash is most of a short call's cost (1.5–2 ms here, the dynamic loader
     and bash's start-up), so each call also starts the *next* call's shell: a bash
@@ -132,7 +133,7 @@ class Bash:
     ``WARM_LIMIT`` bytes (bash reads a pipe one byte at a time), the first call,
     and a spare older than ``SPARE_MAX_AGE_S`` take a cold ``bash -c`` instead.
     A spare nobody uses exits by itself after ``SPARE_IDLE_S`` or when the host
-    goes away (its stdin closes), and ``close()`` kills it at once.
+    goes away (its stdin closes), and ``aclose()`` kills it at once.
     """
 
     def __init__(self, root: Path, *, default_timeout_ms: int, max_output: int, kill_grace_ms: int,
@@ -187,23 +188,20 @@ class Bash:
             return ToolResult.failure(f"{output}\n[killed by signal {-code}]")
         return ToolResult(ok=code == 0, output=f"{output}\n[exit code {code}]")
 
-    def close(self) -> None:
-        """Kill the spare shell, now or as soon as it has started; no spare is started after this."""
+    async def aclose(self) -> None:
+        """Kill the spare shell (once it has started, if it is still starting) and return once it
+        has exited (bounded); no spare is started after this."""
         self._closed = True
         spare, self._spare = self._spare, None
-        if spare is not None:
+        if spare is None:
+            return
+        await asyncio.wait({spare}, timeout=_KILL_WAIT_S)
+        if not spare.done():
             spare.add_done_callback(_discard)
-
-    async def aclose(self) -> None:
-        """``close()``, returning once the spare shell has exited (bounded)."""
-        spare = self._spare
-        self.close()
-        if spare is not None:
-            await asyncio.wait({spare}, timeout=_KILL_WAIT_S)
-            if spare.done():
-                _discard(spare)
-                if not spare.cancelled() and spare.exception() is None:
-                    await asyncio.wait({spare.result()[1].exited}, timeout=_KILL_WAIT_S)
+            return
+        _discard(spare)
+        if not spare.cancelled() and spare.exception() is None:
+            await asyncio.wait({spare.result()[1].exited}, timeout=_KILL_WAIT_S)
 
     async def _start(self, command: str) -> _Started:
         """The command running: in the spare shell if there is a fresh one, else in a new ``bash -c``."""
@@ -332,7 +330,7 @@ def _exit_status(pid: int) -> int | None:
         return 255
     if info is None:
         return None
-    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
+    return exit_code(info)
 
 
 async def _kill_spawned(

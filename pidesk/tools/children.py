@@ -64,7 +64,7 @@ class PidfdWatcher(asyncio.AbstractChildWatcher):
             log.warning("child process %d was reaped elsewhere; reporting returncode 255", pid)
         else:
             assert info is not None  # (no WNOHANG: waitid returned because the child exited)
-            returncode = -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
+            returncode = exit_code(info)
         finally:
             os.close(pidfd)
         callback(pid, returncode, *args)
@@ -94,3 +94,8 @@ def _pidfds_work() -> bool:
     except (AttributeError, OSError):  # not Linux, or a kernel before 5.3, or a seccomp filter
         return False
     return True
+
+
+def exit_code(info: os.waitid_result) -> int:
+    """A child's status from ``waitid`` as a ``returncode``: the exit status, or minus the killing signal."""
+    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
