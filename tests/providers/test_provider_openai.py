@@ -70,6 +70,7 @@ async def test_text_streams_as_deltas_then_usage_then_end(vendor: MockVendor, sl
     [sent] = vendor.requests
     assert (sent.method, sent.path) == ("POST", "/v1/chat/completions")
     assert sent.headers["authorization"] == f"Bearer {KEY}"
+    assert sent.headers["content-type"] == "application/json"  # servers that check it refuse the body otherwise
     assert sent.body["model"] == "gpt-test"
     assert sent.body["stream"] is True and sent.body["stream_options"] == {"include_usage": True}
     assert "tools" not in sent.body
