@@ -42,10 +42,6 @@ class AnthropicProvider(SdkProvider):
         super().__init__(model, api_key=api_key, base_url=base_url, max_retries=max_retries, sleep=sleep)
         self._max_tokens = max_tokens
 
-    def warm_up(self) -> None:
-        """Import the SDK and build the client now (blocking, ~1.7 s) so no request waits for it."""
-        self._connect()
-
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         # Wire-format messages and tools go in extra_body, past the SDK's per-request transform
         # of the whole history (the same body is sent; see OpenAIProvider._params).

@@ -47,10 +47,6 @@ from pidesk.providers.sdk import SdkProvider
 class OpenAIProvider(SdkProvider):
     vendor = "openai"
 
-    def warm_up(self) -> None:
-        """Import the SDK and build the client now (blocking, ~0.7 s) so no request waits for it."""
-        self._connect()
-
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": openai_messages(request.system, request.messages),
                                 "stream": True, "stream_options": {"include_usage": True}}

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from pidesk.providers.base import ModelRequest, StreamEvent
 from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, RetryPolicy, SdkErrors, Sleep, stream_with_retries
+
+log = logging.getLogger(__name__)
 
 
 class SdkProvider(ABC):
@@ -27,6 +31,7 @@ class SdkProvider(ABC):
         self._sleep = sleep
         self._client: Any = None
         self._errors: SdkErrors | None = None
+        self._connecting = threading.Lock()  # a warm-up thread and the first request may race
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}({self.model!r}, base_url={self._base_url!r})"
@@ -36,6 +41,14 @@ class SdkProvider(ABC):
             await self._client.close()
             self._client = None
 
+    def warm_up(self) -> None:
+        """Import the SDK and build the client now (blocking: call it from a worker thread), so
+        no request waits for it. A failure is left for the first request to report."""
+        try:
+            self._connect()
+        except Exception:
+            log.debug("warming up the %s client failed; the first request will say why", self.vendor, exc_info=True)
+
     async def _connected(self) -> tuple[Any, SdkErrors]:
         """The client, built off the event loop the first time (importing an SDK takes ~1 s)."""
         if self._client is None or self._errors is None:
@@ -43,17 +56,18 @@ class SdkProvider(ABC):
         return self._client, self._errors
 
     def _connect(self) -> tuple[Any, SdkErrors]:
-        if self._client is None or self._errors is None:
-            import anyio
-            import httpx2
+        with self._connecting:
+            if self._client is None or self._errors is None:
+                import anyio
+                import httpx2
 
-            sdk, client_class = self._sdk()
-            self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0)
-            self._errors = SdkErrors(
-                self.vendor, sdk.APIStatusError, sdk.APIConnectionError, sdk.APIError,
-                (httpx2.HTTPError, anyio.EndOfStream, anyio.BrokenResourceError),
-            )
-        return self._client, self._errors
+                sdk, client_class = self._sdk()
+                self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0)
+                self._errors = SdkErrors(
+                    self.vendor, sdk.APIStatusError, sdk.APIConnectionError, sdk.APIError,
+                    (httpx2.HTTPError, anyio.EndOfStream, anyio.BrokenResourceError),
+                )
+            return self._client, self._errors
 
     async def _start(self, request: ModelRequest) -> tuple[Any, SdkErrors] | Failure:
         """Open one streaming request: (the SDK's stream, its error mapper), or why it failed."""

@@ -78,6 +78,31 @@ async def test_text_streams_as_deltas_then_usage_then_end(vendor: MockVendor, sl
 
 
 @pytest.mark.asyncio
+async def test_a_warm_up_racing_the_first_requests_builds_one_client_they_all_use(sleep: RecordedSleep) -> None:
+    async with MockVendor(keep_alive=True) as vendor:
+        answer = Sse([openai_chunk(content="Hel"), openai_chunk(content="lo"), openai_chunk(finish_reason="stop"),
+                      openai_usage(10, 2), OPENAI_DONE])
+        vendor.script(answer, answer, answer)
+        model = provider(vendor, sleep)
+        warming = [asyncio.create_task(asyncio.to_thread(model.warm_up)) for _ in range(2)]
+        for _ in range(3):
+            assert await collect(model.stream(request(message("user", TextBlock(text="hi"))))) == hello()
+        await asyncio.gather(*warming)
+        await model.aclose()
+    assert (len(vendor.requests), vendor.connections) == (3, 1)  # one client, so one pool and one connection
+
+
+def test_a_warm_up_that_cannot_build_the_client_leaves_the_error_to_the_first_request(monkeypatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    model = OpenAIProvider("gpt-test", api_key="", base_url="http://127.0.0.1:9/v1")  # the SDK refuses no key
+    model.warm_up()  # no exception: nothing is waiting on it
+    events = asyncio.run(collect(model.stream(request(message("user", TextBlock(text="hi"))))))
+    [done] = events
+    assert (done.stop_reason, done.error_code) == ("error", "PROVIDER_ERROR")
+    assert "cannot set up the openai client" in done.detail
+
+
+@pytest.mark.asyncio
 async def test_requests_one_after_another_share_one_kept_alive_connection(sleep: RecordedSleep) -> None:
     async with MockVendor(keep_alive=True) as vendor:
         answer = Sse([openai_chunk(content="Hel"), openai_chunk(content="lo"), openai_chunk(finish_reason="stop"),
