@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from pidesk.core.errors import Code
 from pidesk.core.records import AttachmentBlock, Message, TextBlock, ToolCallBlock, ToolResultBlock
 
@@ -140,7 +142,7 @@ def openai_messages(system: str, messages: Sequence[Message]) -> list[dict[str, 
             message: dict[str, Any] = {"role": "assistant", "content": item.text or None}
             if item.calls:
                 message["tool_calls"] = [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.args)}}
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _json(c.args)}}
                     for c in item.calls
                 ]
             out.append(message)
@@ -149,6 +151,13 @@ def openai_messages(system: str, messages: Sequence[Message]) -> list[dict[str, 
                 {"role": "tool", "tool_call_id": r.tool_call_id, "content": result_text(r)} for r in item.results
             )
     return out
+
+
+def _json(value: Any) -> str:
+    return _encode(value).decode()
+
+
+_encode = msgspec.json.Encoder().encode  # a tenth of json.dumps's time, for every call in the history
 
 
 def openai_tools(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

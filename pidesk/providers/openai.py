@@ -152,16 +152,16 @@ class _Events:
         await self._response.aclose()
 
     async def __aiter__(self) -> AsyncIterator[_Chunk]:
-        data: list[str] = []
-        lines = self._response.aiter_lines()
+        data: list[bytes] = []
+        lines = _lines(self._response.aiter_bytes())
         async for line in lines:
-            if line.startswith("data:"):
-                data.append(line[6:] if line.startswith("data: ") else line[5:])
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
                 continue
             if line or not data:  # another field (event:, id:, retry:) or a comment: nothing pidesk reads
                 continue
-            payload, data = "\n".join(data), []  # a blank line ends the event
-            if payload.startswith("[DONE]"):
+            payload, data = b"\n".join(data), []  # a blank line ends the event
+            if payload.startswith(b"[DONE]"):
                 await _drain(lines)
                 return
             chunk = _chunks.decode(payload)
@@ -173,7 +173,26 @@ class _Events:
             yield chunk
 
 
-async def _drain(lines: AsyncIterator[str]) -> None:
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The body's lines, without their ends, which server-sent events may write as LF, CRLF or CR,
+    whichever chunks the body arrives in. (Bytes, split here: the SDK's text lines cost ~0.1 ms
+    more per response.)"""
+    rest = b""
+    after_cr = False
+    async for chunk in chunks:
+        if after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]  # the LF of a CRLF that two chunks split
+        text = rest + chunk
+        after_cr = text.endswith(b"\r")
+        lines = text.splitlines(keepends=True)
+        rest = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
+        for line in lines:
+            yield line.rstrip(b"\r\n")
+    if rest:
+        yield rest
+
+
+async def _drain(lines: AsyncIterator[bytes]) -> None:
     """Read what follows ``[DONE]`` (normally nothing but the body's end), for at most 0.1 s: an
     HTTP/1.1 connection goes back to the pool only once its body has been read to the end.
 

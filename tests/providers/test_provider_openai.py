@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pidesk.core.records import AttachmentBlock, TextBlock, ToolCallBlock, ToolResultBlock
 from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall, UsageReport
 from pidesk.providers.convert import MISSING_RESULT, openai_messages
-from pidesk.providers.openai import OpenAIProvider
+from pidesk.providers.openai import OpenAIProvider, _lines
 from pidesk.tools.specs import TOOL_SPECS
 from tests.providers.mock_vendors import (
     OPENAI_DONE,
@@ -154,14 +156,14 @@ async def test_request_carries_history_tool_results_by_id_and_tools(vendor: Mock
         {"role": "system", "content": "You are pidesk."},
         {"role": "user", "content": "look at the readme\n[attached file 'notes.txt' (text/plain, 12 bytes), ref sha256:ab]"},
         {"role": "assistant", "content": "Reading.", "tool_calls": [
-            {"id": "call_a", "type": "function", "function": {"name": "Read", "arguments": '{"path": "README.md"}'}},
-            {"id": "call_b", "type": "function", "function": {"name": "Glob", "arguments": '{"pattern": "*.py"}'}},
+            {"id": "call_a", "type": "function", "function": {"name": "Read", "arguments": '{"path":"README.md"}'}},
+            {"id": "call_b", "type": "function", "function": {"name": "Glob", "arguments": '{"pattern":"*.py"}'}},
         ]},
         {"role": "tool", "tool_call_id": "call_a", "content": "1 # demo"},
         {"role": "tool", "tool_call_id": "call_b", "content": f"Error TOOL_ABORTED: {MISSING_RESULT}"},
         {"role": "user", "content": "and now?"},
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_c", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "false"}'}},
+            {"id": "call_c", "type": "function", "function": {"name": "Bash", "arguments": '{"command":"false"}'}},
         ]},
         {"role": "tool", "tool_call_id": "call_c", "content": "Error TOOL_FAILED: exit 1"},
     ]
@@ -393,3 +395,26 @@ async def test_a_request_that_cannot_be_encoded_ends_in_an_error_not_a_raise(
     [done] = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")), bad)))
     assert isinstance(done, Done) and (done.stop_reason, done.error_code) == ("error", "PROVIDER_ERROR")
     assert vendor.requests == [] and sleep.delays == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.text(alphabet="data: {}[]\"x", max_size=12), max_size=8),
+    ending=st.sampled_from([b"\n", b"\r\n", b"\r"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=6),
+)
+def test_event_lines_are_the_same_however_the_body_is_chunked_and_whatever_ends_its_lines(
+    lines: list[str], ending: bytes, cuts: list[int]
+) -> None:
+    body = b"".join(line.encode() + ending for line in lines)
+    edges = sorted({min(cut, len(body)) for cut in cuts})
+    chunks = [body[a:b] for a, b in zip([0, *edges], [*edges, len(body)])]
+
+    async def arrive() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    async def read() -> list[bytes]:
+        return [line async for line in _lines(arrive())]
+
+    assert asyncio.run(read()) == [line.encode() for line in lines]
