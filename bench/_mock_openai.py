@@ -168,9 +168,10 @@ class MockOpenAI:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
-                body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))) or b"{}")
-                hit = Hit(time.perf_counter(), tool_results=sum(1 for m in body.get("messages", [])
-                                                                 if m.get("role") == "tool"))
+                raw = await reader.readexactly(int(headers.get("content-length", "0")))
+                arrived = time.perf_counter()  # before parsing it: the mock's own work is not pidesk's
+                body = json.loads(raw or b"{}")
+                hit = Hit(arrived, tool_results=sum(1 for m in body.get("messages", []) if m.get("role") == "tool"))
                 self.hits.append(hit)
                 if self.before_answer is not None:
                     self.before_answer(hit)

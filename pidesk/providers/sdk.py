@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -62,7 +63,10 @@ class SdkProvider(ABC):
                 import httpx2
 
                 sdk, client_class = self._sdk()
-                self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0)
+                options: dict[str, Any] = {}
+                if self._base_url is not None and self._base_url.lower().startswith("http://"):
+                    options["http_client"] = sdk.DefaultAsyncHttpxClient(verify=no_certificates())
+                self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0, **options)
                 self._errors = SdkErrors(
                     self.vendor, sdk.APIStatusError, sdk.APIConnectionError, sdk.APIError,
                     (httpx2.HTTPError, anyio.EndOfStream, anyio.BrokenResourceError),
@@ -99,3 +103,11 @@ class SdkProvider(ABC):
     @abstractmethod
     def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamEvent | Failure, None]:
         """One request's events, ending in ``Done`` or a ``Failure`` the retry driver judges."""
+
+
+def no_certificates() -> ssl.SSLContext:
+    """The TLS context of a client whose base URL is plain HTTP (a local server: Ollama, vLLM,
+    llama.cpp, LM Studio): it verifies as strictly as the default one but trusts no authority,
+    so it costs nothing to build (loading the system's certificates takes ~30 ms of a cold
+    start) and an https address it were redirected to fails verification instead of skipping it."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from pidesk.core.records import AttachmentBlock, TextBlock, ToolCallBlock, ToolR
 from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall, UsageReport
 from pidesk.providers.convert import MISSING_RESULT, openai_messages
 from pidesk.providers.openai import OpenAIProvider, _lines
+from pidesk.providers.sdk import no_certificates
 from pidesk.tools.specs import TOOL_SPECS
 from tests.providers.mock_vendors import (
     OPENAI_DONE,
@@ -418,3 +420,9 @@ def test_event_lines_are_the_same_however_the_body_is_chunked_and_whatever_ends_
         return [line async for line in _lines(arrive())]
 
     assert asyncio.run(read()) == [line.encode() for line in lines]
+
+
+def test_a_plain_http_base_url_gets_a_client_that_verifies_tls_but_trusts_no_authority() -> None:
+    context = no_certificates()
+    assert (context.verify_mode, context.check_hostname) == (ssl.CERT_REQUIRED, True)
+    assert context.get_ca_certs() == []  # an https redirect could not be verified, so it would fail
