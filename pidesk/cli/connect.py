@@ -94,6 +94,10 @@ async def connect(config: HostConfig, url: str | None = None, token: str | None 
 async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterator[Any]:
     """An in-process Host holding the data dir's lock (a served data dir refuses it)."""
     from pidesk.cli.models import make_provider
+
+    provider = make_provider(model or config.model, config.secrets)
+    _warm_up(provider)  # first: the host's own imports and opening then overlap it
+
     from pidesk.host import Host
     from pidesk.store.lock import DataDirLock
     from pidesk.tools.children import use_pidfd_watcher
@@ -101,8 +105,6 @@ async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterato
     lock = DataDirLock(config.data_dir)
     use_pidfd_watcher()
     try:
-        provider = make_provider(model or config.model, config.secrets)
-        _warm_up(provider)
         host = Host.open(config, provider)
         try:
             yield host
@@ -113,8 +115,8 @@ async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterato
 
 
 def _warm_up(provider: object) -> None:
-    """Start importing a vendor SDK (~0.4 s) now, in a thread, so it overlaps the host's opening
-    and the prompt's durable writes, which wait on the disk, instead of following them."""
+    """Start importing a vendor SDK (~0.4 s) now, in a thread, so it overlaps the host's imports,
+    its opening and the prompt's durable writes instead of following them."""
     warm_up = getattr(provider, "warm_up", None)
     if callable(warm_up):
         threading.Thread(target=warm_up, name="sdk-warm-up", daemon=True).start()

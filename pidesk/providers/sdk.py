@@ -47,6 +47,8 @@ class SdkProvider(ABC):
         no request waits for it. A failure is left for the first request to report."""
         try:
             self._connect()
+            # What httpx loads on its first request (~20 ms), loaded here rather than on the loop.
+            import anyio._backends._asyncio  # noqa: F401
         except Exception:
             log.debug("warming up the %s client failed; the first request will say why", self.vendor, exc_info=True)
 
