@@ -16,6 +16,10 @@ Per N = 1, 10, 50 (median of the repeats):
   writes, events, and building the next request;
 * peak RSS of the pidesk process (``wait4`` rusage: the whole life's peak).
 
+Before each round of runs the script times a reference, the plain OS work of a
+call (``reference_ms``), and prints the per-call figure less Bash as a multiple
+of it: the VM's speed drifts, and that ratio drifts less.
+
 Each run also measures how much CPU other processes used meanwhile (/proc/stat
 less this script and its children); a run disturbed beyond ``--max-other`` is
 repeated, at most ``--retries`` times, and the least disturbed attempt is kept.
@@ -30,6 +34,8 @@ dir and model, and ``pidesk run`` going through it (it finds host.json).
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
 import re
 import select
@@ -42,6 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit
 
 import harness
 from _mock_openai import Hit, MockOpenAI, tool_loop
@@ -144,6 +151,34 @@ def run_once(n: int, project: Path, data_dir: Path, scratch: Path, host_mock: Mo
                foreign_cpu=foreign, hits=hits)
 
 
+def reference_ms(mock: MockOpenAI, scratch: Path, rounds: int = 50) -> float:
+    """The plain OS work of a tool call, timed in this script beside the runs: two 300-byte O_DSYNC
+    appends and one request to the mock over a kept-alive loopback connection, its answer read
+    whole — what pidesk does per call less Bash and less Python. Median ms of ``rounds``.
+
+    It says how fast this machine is right now: a VM's speed drifts by tens of per cent within
+    minutes, and the per-call figure moves with it (docs/benchmarks-server.md)."""
+    parsed = urlsplit(mock.url)
+    body = json.dumps({"model": "mock", "stream": True, "messages": [{"role": "user", "content": "x"}]}).encode()
+    path = scratch / "reference.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_DSYNC, 0o644)
+    connection = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=10)
+    times: list[float] = []
+    try:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            os.write(fd, b"x" * 299 + b"\n")
+            connection.request("POST", f"{parsed.path}/chat/completions", body, {"content-type": "application/json"})
+            connection.getresponse().read()
+            os.write(fd, b"y" * 299 + b"\n")
+            times.append(time.perf_counter() - start)
+    finally:
+        connection.close()
+        os.close(fd)
+        path.unlink()
+    return ms(statistics.median(times))
+
+
 @dataclass
 class Served:
     proc: subprocess.Popen[bytes]
@@ -198,7 +233,7 @@ def ms(seconds: float) -> float:
 def main() -> int:
     def options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--repeats", type=int, default=0, help="runs per N (default 5, or 1 with --quick)")
-        parser.add_argument("--host-runs", type=int, default=0, help="runs through a running host (default 5)")
+        parser.add_argument("--host-runs", type=int, default=0, help="runs through a running host (default 5, at least 2)")
         parser.add_argument("--wait-idle", type=float, default=0, metavar="S",
                             help="before the cold runs and the host runs, wait up to S s for the CPUs to be ≤15%% busy")
         parser.add_argument("--max-other", type=float, default=0.25, metavar="CPU",
@@ -210,7 +245,7 @@ def main() -> int:
     args = harness.parse_args(__doc__ or "", options)
     harness.header("tool_loop — harness overhead per tool round trip (pidesk run, instant mock OpenAI)", args.quick)
     repeats = args.repeats or (1 if args.quick else 5)
-    host_runs = args.host_runs or (2 if args.quick else 5)
+    host_runs = max(2, args.host_runs or (2 if args.quick else 5))  # the first run, then later ones
     sizes = (1, 10, 50)
     figures: list[Figure] = []
     runs: dict[int, list[Run]] = {n: [] for n in sizes}
@@ -223,7 +258,10 @@ def main() -> int:
             print(f"  {harness.wait_for_quiet(args.wait_idle)}", flush=True)
         run_once(1, project, data_dir, scratch)  # warm-up, not counted: creates the store, fills the page cache
         retried = 0
+        references: list[float] = []
         for _ in range(repeats):
+            with MockOpenAI(tool_loop(1)) as reference_mock:
+                references.append(reference_ms(reference_mock, scratch))
             for n in sizes:
                 best = run_once(n, project, data_dir, scratch)
                 for _ in range(args.retries):  # bounded: keep the attempt that other work disturbed least
@@ -278,6 +316,10 @@ def main() -> int:
                     f"Bash's own duration median {statistics.median(bash_ms) if bash_ms else 0:.0f} ms"),
         Figure("per tool call less Bash's own duration, median (N=50)", statistics.median(harness_only), "ms",
                note="the harness alone (Bash durations are whole ms)"),
+        Figure("reference: two O_DSYNC appends + one loopback request, median", statistics.median(references), "ms",
+               note=f"the plain OS work of a call, beside the runs: {', '.join(f'{r:.2f}' for r in references)}"),
+        Figure("per tool call less Bash, as a multiple of the reference", statistics.median(harness_only)
+               / statistics.median(references), "x", note="what pidesk's own code costs, whatever the VM's speed"),
         Figure("per tool call, N=1 and N=10 (median)",
                statistics.median(ms(g) for n in (1, 10) for r in runs[n] for g in r.gaps), "ms"),
         Figure("other processes' CPU during the runs, median / max",
