@@ -8,7 +8,7 @@ or ``aborted``. Cancellation of the consuming task is the abort signal.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -57,4 +57,4 @@ StreamEvent = TextDelta | ToolCall | UsageReport | Done
 class Provider(Protocol):
     name: str
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]: ...

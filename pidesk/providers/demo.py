@@ -12,7 +12,7 @@ real model's would.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from pidesk.core.records import Message, TextBlock, ToolCallBlock, ToolResultBlock
@@ -27,7 +27,7 @@ CRITERIA = [f"{NOTES} exists at the project root", f"{NOTES} lists the project's
 class DemoProvider:
     name = "demo"
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         text, calls = _next_step(request)
         for word in _WORDS.findall(text):
             yield TextDelta(word)

@@ -31,7 +31,7 @@ LM Studio, OpenRouter) through ``base_url``.
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,7 +141,7 @@ _body = msgspec.json.Encoder()
 class _Events:
     """One streamed response's chunks, decoded from its server-sent events until ``[DONE]``."""
 
-    def __init__(self, response: Any, api_error: type[Exception]) -> None:
+    def __init__(self, response: Any, api_error: Callable[..., Exception]) -> None:
         self._response = response  # the SDK's HTTP response, its body not yet read
         self._api_error = api_error
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -210,7 +210,7 @@ Attempt = Callable[[], AsyncGenerator[StreamEvent | Failure, None]]
 
 async def stream_with_retries(
     attempt: Attempt, policy: RetryPolicy, sleep: Sleep, *, secret: str = ""
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncGenerator[StreamEvent, None]:
     """Run ``attempt`` until one completes or the policy gives up; always ends with one ``Done``.
 
     ``secret`` (the API key) is blanked out of every error detail, as some

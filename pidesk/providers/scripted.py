@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,7 @@ class ScriptedProvider:
         """How many model requests this session has made."""
         return self._calls.get(session_id, 0)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         self.requests.append(request)
         sid = request.session_id if request.agent == "main" else f"{request.session_id}/{request.agent}"
         self._calls[sid] = self._calls.get(sid, 0) + 1

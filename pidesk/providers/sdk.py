@@ -7,7 +7,7 @@ import logging
 import ssl
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from pidesk.providers.base import ModelRequest, StreamEvent
@@ -99,7 +99,7 @@ class SdkProvider(ABC):
     async def _create(self, client: Any, params: dict[str, Any]) -> Any:
         """Start the streaming request; returns the SDK's stream."""
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         return stream_with_retries(lambda: self._attempt(request), self._policy, self._sleep, secret=self._api_key)
 
     @abstractmethod

@@ -82,7 +82,8 @@ def create_app(host: Host, token: str, port: Callable[[], int], extra_hosts: tup
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     break
-                raw = message.get("text") if message.get("text") is not None else message.get("bytes") or b""
+                text = message.get("text")
+                raw: str | bytes = text if text is not None else message.get("bytes") or b""
                 task = asyncio.create_task(serve(raw))
                 requests.add(task)
                 task.add_done_callback(requests.discard)
