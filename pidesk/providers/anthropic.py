@@ -44,7 +44,9 @@ class AnthropicProvider(SdkProvider):
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         # Wire-format messages and tools go in extra_body, past the SDK's per-request transform
-        # of the whole history (the same body is sent; see OpenAIProvider._params).
+        # of the whole history (26 ms at 50 tool rounds; the same body is sent). The OpenAI
+        # provider also encodes its body and decodes its events itself, for the last ~1 ms a
+        # call; this one keeps the SDK's typed events.
         body: dict[str, Any] = {"messages": anthropic_messages(request.messages)}
         if request.system:
             body["system"] = request.system
