@@ -76,6 +76,7 @@ async def test_text_streams_as_deltas_with_usage_counting_both_cache_kinds(
     # anthropic 2.x sends an api_key as ``authorization: Bearer``; older SDKs used ``x-api-key``
     assert KEY in (sent.headers.get("x-api-key"), sent.headers.get("authorization", "").removeprefix("Bearer "))
     assert "anthropic-version" in sent.headers
+    assert sent.headers["content-type"] == "application/json"
     assert sent.body == {
         "model": "claude-test", "max_tokens": 1024, "stream": True, "system": "You are pidesk.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from pidesk.core.records import AttachmentBlock, TextBlock, ToolCallBlock, ToolResultBlock
 from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall, UsageReport
 from pidesk.providers.convert import MISSING_RESULT, openai_messages
-from pidesk.providers.openai import OpenAIProvider, _lines
+from pidesk.providers.openai import OpenAIProvider
+from pidesk.providers.sse import lines as _lines
 from pidesk.providers.sdk import no_certificates
 from pidesk.tools.specs import TOOL_SPECS
 from tests.providers.mock_vendors import (

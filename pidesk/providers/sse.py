@@ -1,0 +1,94 @@
+"""A streamed response's server-sent events, decoded by pidesk for both vendor providers.
+
+The SDKs send the request (headers, auth, connection pool, error statuses);
+the response's body is read here, as bytes, and each event's data is decoded
+by msgspec straight into the small structs of the fields a provider reads.
+The SDKs' own typed event models cost about 0.1 ms an event, and their text
+line decoder ~0.1 ms a response (docs/benchmarks-server.md).
+
+* Lines may end in LF, CRLF or CR, and chunks may split them anywhere.
+* ``event:``, ``id:`` and ``retry:`` fields and comments are skipped: every
+  vendor event names its own type in its data.
+* ``data: [DONE]`` (OpenAI) ends the stream; the rest of the body is read, so
+  the connection goes back to the pool.
+* An event whose data has a non-null ``error`` raises the SDK's ``APIError``
+  with that error as its body, as the SDKs' own streams do; ``retry`` then
+  classifies it by its type or code like the HTTP status it stands for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+
+class Events(Generic[T]):
+    """One response's events, each decoded by ``decoder``, until ``[DONE]`` or the body's end."""
+
+    def __init__(self, response: Any, decoder: msgspec.json.Decoder[T], api_error: Callable[..., Exception]) -> None:
+        self._response = response  # the SDK's HTTP response, its body not yet read
+        self._decoder = decoder
+        self._api_error = api_error
+
+    async def __aenter__(self) -> Events[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._response.aclose()
+
+    async def __aiter__(self) -> AsyncIterator[T]:
+        data: list[bytes] = []
+        body = lines(self._response.aiter_bytes())
+        async for line in body:
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+                continue
+            if line or not data:  # another field (event:, id:, retry:) or a comment: nothing pidesk reads
+                continue
+            payload, data = b"\n".join(data), []  # a blank line ends the event
+            if payload.startswith(b"[DONE]"):
+                await _drain(body)
+                return
+            event = self._decoder.decode(payload)
+            error = getattr(event, "error", None)
+            if error:
+                message = error.get("message") if isinstance(error, dict) else None
+                raise self._api_error(str(message or "An error occurred during streaming"),
+                                      self._response.request, body=error)
+            yield event
+
+
+async def lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The body's lines, without their ends, whichever chunks the body arrives in."""
+    rest = b""
+    after_cr = False
+    async for chunk in chunks:
+        if after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]  # the LF of a CRLF that two chunks split
+        text = rest + chunk
+        after_cr = text.endswith(b"\r")
+        split = text.splitlines(keepends=True)
+        rest = split.pop() if split and not split[-1].endswith((b"\n", b"\r")) else b""
+        for line in split:
+            yield line.rstrip(b"\r\n")
+    if rest:
+        yield rest
+
+
+async def _drain(body: AsyncIterator[bytes]) -> None:
+    """Read what follows ``[DONE]`` (normally nothing but the body's end), for at most 0.1 s: an
+    HTTP/1.1 connection goes back to the pool only once its body has been read to the end.
+
+    The bound is an anyio cancel scope, as in the SDK's own drain: httpx's reads run inside
+    anyio scopes, and an ``asyncio.timeout`` around them can let its cancellation escape as a
+    plain ``CancelledError`` — which would end the turn's task without ending the turn.
+    """
+    import anyio  # loaded with the SDK: httpx runs on it
+
+    with anyio.move_on_after(0.1):
+        async for _ in body:
+            pass
