@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -34,8 +35,9 @@ def _leave(code: int) -> NoReturn:
     is output to flush. Tearing down the SDK's thousands of model classes took 0.1–0.2 s of
     `pidesk run`'s wall time (docs/benchmarks-server.md).
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader that went away (`| head`): nothing to add
+            stream.flush()
     os._exit(code)
 
 
