@@ -127,7 +127,7 @@ class _Reply:
         return self.stopped
 
     @property
-    def last(self) -> bool:  # message_stop: nothing pidesk reads follows, so the body's end is not awaited
+    def last(self) -> bool:  # message_stop: nothing pidesk reads follows
         return self.stopped
 
     def feed(self, event: Any) -> str:

@@ -132,6 +132,7 @@ class SdkProvider(ABC):
                     if text := reply.feed(event):
                         yield TextDelta(text)
                     if reply.last:
+                        await stream.skip_rest()
                         break
         except Exception as exc:
             yield errors.stream_failure(exc)

@@ -9,8 +9,10 @@ line decoder ~0.1 ms a response (docs/benchmarks-server.md).
 * Lines may end in LF, CRLF or CR, and chunks may split them anywhere.
 * ``event:``, ``id:`` and ``retry:`` fields and comments are skipped: every
   vendor event names its own type in its data.
-* ``data: [DONE]`` (OpenAI) ends the stream; the rest of the body is read, so
-  the connection goes back to the pool.
+* ``data: [DONE]`` (OpenAI) ends the stream, as ``skip_rest()`` does once a
+  provider has read what it needs (Anthropic's ``message_stop``); the rest of
+  the body is read, so the connection goes back to the pool (over TLS, a new
+  connection is a new handshake).
 * An event whose data has a non-null ``error`` raises the SDK's ``APIError``
   with that error as its body, as the SDKs' own streams do; ``retry`` then
   classifies it by its type or code like the HTTP status it stands for.
@@ -31,8 +33,14 @@ class Events(Generic[T]):
 
     def __init__(self, response: Any, decoder: msgspec.json.Decoder[T], api_error: Callable[..., Exception]) -> None:
         self._response = response  # the SDK's HTTP response, its body not yet read
+        self._body = lines(response.aiter_bytes())
         self._decoder = decoder
         self._api_error = api_error
+
+    async def skip_rest(self) -> None:
+        """The provider has read all it needs (between events): read the body's end, so the
+        connection goes back to the pool."""
+        await _drain(self._body)
 
     async def __aenter__(self) -> Events[T]:
         return self
@@ -42,8 +50,7 @@ class Events(Generic[T]):
 
     async def __aiter__(self) -> AsyncIterator[T]:
         data: list[bytes] = []
-        body = lines(self._response.aiter_bytes())
-        async for line in body:
+        async for line in self._body:
             if line.startswith(b"data:"):
                 data.append(line[6:] if line.startswith(b"data: ") else line[5:])
                 continue
@@ -51,7 +58,7 @@ class Events(Generic[T]):
                 continue
             payload, data = b"\n".join(data), []  # a blank line ends the event
             if payload.startswith(b"[DONE]"):
-                await _drain(body)
+                await _drain(self._body)
                 return
             event = self._decoder.decode(payload)
             error = getattr(event, "error", None)

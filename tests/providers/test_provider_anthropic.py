@@ -84,6 +84,19 @@ async def test_text_streams_as_deltas_with_usage_counting_both_cache_kinds(
 
 
 @pytest.mark.asyncio
+async def test_requests_one_after_another_share_one_kept_alive_connection(sleep: RecordedSleep) -> None:
+    # (over TLS to a real API, a new connection a request would be a new handshake each time)
+    async with MockVendor(keep_alive=True) as vendor:
+        answer = Sse([anthropic_start(10), *anthropic_text_block(0, "Hel", "lo"), *anthropic_end("end_turn")])
+        vendor.script(answer, answer, answer)
+        model = provider(vendor, sleep)
+        for _ in range(3):
+            assert await collect(model.stream(request(message("user", TextBlock(text="hi"))))) == hello()
+        await model.aclose()
+    assert (len(vendor.requests), vendor.connections) == (3, 1)  # each body read to its end after message_stop
+
+
+@pytest.mark.asyncio
 async def test_request_carries_tool_use_and_tool_result_blocks_with_matching_ids(
     vendor: MockVendor, sleep: RecordedSleep
 ) -> None:
