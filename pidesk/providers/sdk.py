@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
 
 import msgspec
@@ -73,7 +74,7 @@ class SdkProvider(ABC):
 
                 sdk, client_class = self._sdk()
                 options: dict[str, Any] = {}
-                if self._base_url is not None and self._base_url.lower().startswith("http://"):
+                if plain_http(self._base_url, os.environ):
                     options["http_client"] = sdk.DefaultAsyncHttpxClient(verify=no_certificates())
                 self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0, **options)
                 self._errors = SdkErrors(
@@ -164,6 +165,14 @@ class Reply(Protocol):
 
     def finish(self) -> list[StreamEvent]:
         """The tool calls, usage and ``Done``, once the response is complete."""
+
+
+def plain_http(base_url: str | None, environ: Mapping[str, str]) -> bool:
+    """Nothing this client sends will use TLS: an ``http://`` base URL, and no proxy that the
+    HTTP client would take from the environment (a proxy may itself be reached over TLS)."""
+    if base_url is None or not base_url.lower().startswith("http://"):
+        return False
+    return not any(environ.get(name) for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"))
 
 
 def no_certificates() -> ssl.SSLContext:

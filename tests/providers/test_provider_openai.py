@@ -19,7 +19,7 @@ from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall, UsageR
 from pidesk.providers.convert import MISSING_RESULT, openai_messages
 from pidesk.providers.openai import OpenAIProvider
 from pidesk.providers.sse import lines as _lines
-from pidesk.providers.sdk import no_certificates
+from pidesk.providers.sdk import no_certificates, plain_http
 from pidesk.tools.specs import TOOL_SPECS
 from tests.providers.mock_vendors import (
     OPENAI_DONE,
@@ -424,6 +424,12 @@ def test_event_lines_are_the_same_however_the_body_is_chunked_and_whatever_ends_
 
 
 def test_a_plain_http_base_url_gets_a_client_that_verifies_tls_but_trusts_no_authority() -> None:
+    assert plain_http("http://127.0.0.1:11434/v1", {})
+    assert plain_http("HTTP://gpu-box:8000/v1", {"https_proxy": "http://proxy:3128"})  # not used for http://
+    assert not plain_http("https://api.openai.com/v1", {})
+    assert not plain_http(None, {})  # the vendor's default: https
+    assert not plain_http("http://127.0.0.1:11434/v1", {"HTTP_PROXY": "https://proxy:3129"})  # TLS to the proxy
+    assert not plain_http("http://127.0.0.1:11434/v1", {"all_proxy": "https://proxy:3129"})
     context = no_certificates()
     assert (context.verify_mode, context.check_hostname) == (ssl.CERT_REQUIRED, True)
     assert context.get_ca_certs() == []  # an https redirect could not be verified, so it would fail
