@@ -98,9 +98,11 @@ def main() -> int:
             segments[f"{n0} → {n1}"].append((t1 - t0) * 1000)
         segments["per tool call"].append((arrived.arrived - answered.answered) * 1000)
     print(f"# tool_trace — {args.calls} Bash echo calls, medians over calls 6…{args.calls}")
+    total = segments.pop("per tool call")
     for name, values in segments.items():
         if len(values) >= (args.calls - 5) // 2:
             print(f"  {statistics.median(values):7.3f} ms  {name}")
+    print(f"  {statistics.median(total):7.3f} ms  per tool call")
     return 0
 
 
