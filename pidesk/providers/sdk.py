@@ -1,4 +1,6 @@
-"""What the vendor providers share: configuration, the retry loop, a key that never shows."""
+"""What the vendor providers share: configuration, the client (built once, off the loop), the
+request path (the SDK sends, pidesk encodes the body and decodes the events), the response
+loop, the retry driver, and a key that never shows."""
 
 from __future__ import annotations
 
