@@ -71,19 +71,23 @@ class Events(Generic[T]):
 
 async def lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """The body's lines, without their ends, whichever chunks the body arrives in."""
-    rest = b""
+    rest: list[bytes] = []  # the line begun so far, in the pieces it came in (joined once it ends)
     after_cr = False
     async for chunk in chunks:
         if after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the LF of a CRLF that two chunks split
-        text = rest + chunk
-        after_cr = text.endswith(b"\r")
-        split = text.splitlines(keepends=True)
-        rest = split.pop() if split and not split[-1].endswith((b"\n", b"\r")) else b""
+        after_cr = chunk.endswith(b"\r")
+        if not chunk:
+            continue
+        if b"\n" not in chunk and b"\r" not in chunk:
+            rest.append(chunk)  # a long line in many chunks is copied once, not once a chunk
+            continue
+        split = b"".join([*rest, chunk]).splitlines(keepends=True)
+        rest = [split.pop()] if not split[-1].endswith((b"\n", b"\r")) else []
         for line in split:
             yield line.rstrip(b"\r\n")
     if rest:
-        yield rest
+        yield b"".join(rest)
 
 
 async def _drain(body: AsyncIterator[bytes]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import ssl
 import subprocess
 import sys
@@ -400,17 +401,19 @@ async def test_a_request_that_cannot_be_encoded_ends_in_an_error_not_a_raise(
     assert vendor.requests == [] and sleep.delays == []
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
-    lines=st.lists(st.text(alphabet="data: {}[]\"x", max_size=12), max_size=8),
-    ending=st.sampled_from([b"\n", b"\r\n", b"\r"]),
-    cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=6),
+    lines=st.lists(st.tuples(st.text(alphabet="data: {}[]\"x", max_size=12), st.sampled_from([b"\n", b"\r\n", b"\r"])),
+                   max_size=8),
+    data=st.data(),
 )
 def test_event_lines_are_the_same_however_the_body_is_chunked_and_whatever_ends_its_lines(
-    lines: list[str], ending: bytes, cuts: list[int]
+    lines: list[tuple[str, bytes]], data: st.DataObject
 ) -> None:
-    body = b"".join(line.encode() + ending for line in lines)
-    edges = sorted({min(cut, len(body)) for cut in cuts})
+    body = b"".join(text.encode() + ending for text, ending in lines)
+    expected = re.split(rb"\r\n|\r|\n", body)[:-1]  # the SSE rule: CRLF, CR or LF ends a line
+    cuts = data.draw(st.lists(st.integers(min_value=0, max_value=len(body)), max_size=8))
+    edges = sorted(set(cuts))
     chunks = [body[a:b] for a, b in zip([0, *edges], [*edges, len(body)])]
 
     async def arrive() -> AsyncIterator[bytes]:
@@ -420,7 +423,7 @@ def test_event_lines_are_the_same_however_the_body_is_chunked_and_whatever_ends_
     async def read() -> list[bytes]:
         return [line async for line in _lines(arrive())]
 
-    assert asyncio.run(read()) == [line.encode() for line in lines]
+    assert asyncio.run(read()) == expected
 
 
 def test_a_plain_http_base_url_gets_a_client_that_verifies_tls_but_trusts_no_authority() -> None:
@@ -433,3 +436,21 @@ def test_a_plain_http_base_url_gets_a_client_that_verifies_tls_but_trusts_no_aut
     context = no_certificates()
     assert (context.verify_mode, context.check_hostname) == (ssl.CERT_REQUIRED, True)
     assert context.get_ca_certs() == []  # an https redirect could not be verified, so it would fail
+
+
+@pytest.mark.parametrize(("chunks", "expected"), [
+    ([b"a\r", b"\n", b"\n"], [b"a", b""]),  # a CRLF split, then an empty line: the LF is dropped once
+    ([b"a\r", b"\nb\n"], [b"a", b"b"]),
+    ([b"a\r\r", b"\n"], [b"a", b""]),  # CR, then a CRLF split across chunks
+    ([b"da", b"ta: ", b"x", b"\n\n"], [b"data: x", b""]),  # a line in many pieces
+    ([b"tail without an end"], [b"tail without an end"]),
+])
+def test_event_lines_where_chunks_split_a_crlf_or_a_line(chunks: list[bytes], expected: list[bytes]) -> None:
+    async def arrive() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    async def read() -> list[bytes]:
+        return [line async for line in _lines(arrive())]
+
+    assert asyncio.run(read()) == expected
