@@ -219,10 +219,13 @@ async def user_message(c: Child) -> None:
 async def tool_message(c: Child) -> None:
     host = c.open()  # nth=3: user row, assistant Read row, then the Read result row
     s = await sc.session(host, c.project)
-    c.provider.enqueue(s["id"], sc.tool("Read", path="README.md"), {"text": "Read it."})
+    # the model answers only once the ack is out: the turn runs beside the prompt's return, and
+    # its kill (in a worker thread) must not beat the ack the test reads
+    c.provider.enqueue(s["id"], {**sc.tool("Read", path="README.md"), "gate": "acked"}, {"text": "Read it."})
     sub = host.subscribe()
     started = await sc.prompt(host, s["id"], "read the readme")
     ack(session=s["id"], turn=started["turnId"], message=started["messageId"])
+    c.provider.release("acked")
     await forever(sub)
 
 
@@ -299,10 +302,11 @@ async def permission_pending(c: Child) -> None:
 async def _submitted(c: Child, host: Host) -> tuple[dict[str, Any], dict[str, str], Any]:
     kind = c.options.get("kind", "plan")
     s = await sc.session(host, c.project, mode=kind)
-    c.provider.enqueue(s["id"], contract(kind))
+    c.provider.enqueue(s["id"], {**contract(kind), "gate": "acked"})  # submitted only once acked (tool_message)
     sub = host.subscribe()
     started = await sc.prompt(host, s["id"], "make a contract")
     ack(session=s["id"], turn=started["turnId"], kind=kind)
+    c.provider.release("acked")
     return s, started, sub
 
 
