@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import ssl
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 import msgspec
@@ -74,10 +73,12 @@ class SdkProvider(ABC):
                 import anyio
                 import httpx2
 
+                from pidesk.providers.transport import PlainHttpTransport, plain_http
+
                 sdk, client_class = self._sdk()
                 options: dict[str, Any] = {}
-                if plain_http(self._base_url, os.environ):
-                    options["http_client"] = sdk.DefaultAsyncHttpxClient(verify=no_certificates())
+                if plain_http(self._base_url, os.environ):  # a local model server: the lean transport
+                    options["http_client"] = sdk.DefaultAsyncHttpxClient(transport=PlainHttpTransport())
                 self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0, **options)
                 self._errors = SdkErrors(
                     self.vendor, sdk.APIStatusError, sdk.APIConnectionError, sdk.APIError,
@@ -167,19 +168,3 @@ class Reply(Protocol):
 
     def finish(self) -> list[StreamEvent]:
         """The tool calls, usage and ``Done``, once the response is complete."""
-
-
-def plain_http(base_url: str | None, environ: Mapping[str, str]) -> bool:
-    """Nothing this client sends will use TLS: an ``http://`` base URL, and no proxy that the
-    HTTP client would take from the environment (a proxy may itself be reached over TLS)."""
-    if base_url is None or not base_url.lower().startswith("http://"):
-        return False
-    return not any(environ.get(name) for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"))
-
-
-def no_certificates() -> ssl.SSLContext:
-    """The TLS context of a client whose base URL is plain HTTP (a local server: Ollama, vLLM,
-    llama.cpp, LM Studio): it verifies as strictly as the default one but trusts no authority,
-    so it costs nothing to build (loading the system's certificates takes ~30 ms of a cold
-    start) and an https address it were redirected to fails verification instead of skipping it."""
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 
 from pidesk.core.records import TextBlock, ToolCallBlock, ToolResultBlock
 from pidesk.providers.anthropic import AnthropicProvider
@@ -32,17 +31,6 @@ from tests.providers.mock_vendors import (
 )
 
 KEY = "sk-ant-test-0123456789"
-
-
-@pytest_asyncio.fixture
-async def vendor() -> AsyncIterator[MockVendor]:
-    async with MockVendor() as server:
-        yield server
-
-
-@pytest.fixture
-def sleep() -> RecordedSleep:
-    return RecordedSleep()
 
 
 def provider(vendor: MockVendor, sleep: RecordedSleep, max_retries: int = 10) -> AnthropicProvider:
@@ -84,7 +72,9 @@ async def test_text_streams_as_deltas_with_usage_counting_both_cache_kinds(
 
 
 @pytest.mark.asyncio
-async def test_requests_one_after_another_share_one_kept_alive_connection(sleep: RecordedSleep) -> None:
+async def test_requests_one_after_another_share_one_kept_alive_connection(
+    sleep: RecordedSleep, transport: str
+) -> None:
     # (over TLS to a real API, a new connection a request would be a new handshake each time)
     async with MockVendor(keep_alive=True) as vendor:
         answer = Sse([anthropic_start(10), *anthropic_text_block(0, "Hel", "lo"), *anthropic_end("end_turn")])

@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +18,6 @@ from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall, UsageR
 from pidesk.providers.convert import MISSING_RESULT, openai_messages
 from pidesk.providers.openai import OpenAIProvider
 from pidesk.providers.sse import lines as _lines
-from pidesk.providers.sdk import no_certificates, plain_http
 from pidesk.tools.specs import TOOL_SPECS
 from tests.providers.mock_vendors import (
     OPENAI_DONE,
@@ -40,17 +37,6 @@ from tests.providers.mock_vendors import (
 )
 
 KEY = "sk-test-0123456789abcdef"
-
-
-@pytest_asyncio.fixture
-async def vendor() -> AsyncIterator[MockVendor]:
-    async with MockVendor() as server:
-        yield server
-
-
-@pytest.fixture
-def sleep() -> RecordedSleep:
-    return RecordedSleep()
 
 
 def provider(vendor: MockVendor, sleep: RecordedSleep, max_retries: int = 10) -> OpenAIProvider:
@@ -84,7 +70,9 @@ async def test_text_streams_as_deltas_then_usage_then_end(vendor: MockVendor, sl
 
 
 @pytest.mark.asyncio
-async def test_a_warm_up_racing_the_first_requests_builds_one_client_they_all_use(sleep: RecordedSleep) -> None:
+async def test_a_warm_up_racing_the_first_requests_builds_one_client_they_all_use(
+    sleep: RecordedSleep, transport: str
+) -> None:
     async with MockVendor(keep_alive=True) as vendor:
         answer = Sse([openai_chunk(content="Hel"), openai_chunk(content="lo"), openai_chunk(finish_reason="stop"),
                       openai_usage(10, 2), OPENAI_DONE])
@@ -109,7 +97,9 @@ def test_a_warm_up_that_cannot_build_the_client_leaves_the_error_to_the_first_re
 
 
 @pytest.mark.asyncio
-async def test_requests_one_after_another_share_one_kept_alive_connection(sleep: RecordedSleep) -> None:
+async def test_requests_one_after_another_share_one_kept_alive_connection(
+    sleep: RecordedSleep, transport: str
+) -> None:
     async with MockVendor(keep_alive=True) as vendor:
         answer = Sse([openai_chunk(content="Hel"), openai_chunk(content="lo"), openai_chunk(finish_reason="stop"),
                       openai_usage(10, 2), OPENAI_DONE])
@@ -424,18 +414,6 @@ def test_event_lines_are_the_same_however_the_body_is_chunked_and_whatever_ends_
         return [line async for line in _lines(arrive())]
 
     assert asyncio.run(read()) == expected
-
-
-def test_a_plain_http_base_url_gets_a_client_that_verifies_tls_but_trusts_no_authority() -> None:
-    assert plain_http("http://127.0.0.1:11434/v1", {})
-    assert plain_http("HTTP://gpu-box:8000/v1", {"https_proxy": "http://proxy:3128"})  # not used for http://
-    assert not plain_http("https://api.openai.com/v1", {})
-    assert not plain_http(None, {})  # the vendor's default: https
-    assert not plain_http("http://127.0.0.1:11434/v1", {"HTTP_PROXY": "https://proxy:3129"})  # TLS to the proxy
-    assert not plain_http("http://127.0.0.1:11434/v1", {"all_proxy": "https://proxy:3129"})
-    context = no_certificates()
-    assert (context.verify_mode, context.check_hostname) == (ssl.CERT_REQUIRED, True)
-    assert context.get_ca_certs() == []  # an https redirect could not be verified, so it would fail
 
 
 @pytest.mark.parametrize(("chunks", "expected"), [
