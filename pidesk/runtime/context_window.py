@@ -15,11 +15,14 @@ the limit, free of any tokenizer.
 
 from __future__ import annotations
 
+import msgspec
+
 from pidesk.core.records import Message, TextBlock, ToolResultBlock
 
 CHARS_PER_TOKEN = 4
 HIGH_WATER = 0.8
 LOW_WATER = 0.5
+_encode = msgspec.json.Encoder().encode
 SUMMARY_PREFIX = "Summary of the conversation so far (the earlier messages are out of view):\n"
 
 
@@ -30,8 +33,8 @@ def estimate_tokens(message: Message) -> int:
             size += len(block.text)
         elif isinstance(block, ToolResultBlock):
             size += len(block.output) + 32
-        else:
-            size += len(repr(block))
+        else:  # a tool call or an attachment note: about its JSON's length
+            size += len(_encode(block))
     return size // CHARS_PER_TOKEN + 4
 
 

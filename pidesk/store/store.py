@@ -45,6 +45,7 @@ from pidesk.store.transcripts import (
     as_line,
     as_message,
     decode_line,
+    decode_message,
     encode_line,
     encode_message,
     fsync_dir,
@@ -177,11 +178,7 @@ class Store:
             return [], has_more
         start, end = rows[0][2], rows[-1][2] + rows[-1][3]
         blob = self.transcripts.read_range(session_id, start, end)
-        messages = []
-        for _id, _seq, offset, length in rows:
-            line = decode_line(blob[offset - start : offset - start + length])
-            assert isinstance(line, MessageLine)
-            messages.append(as_message(line))
+        messages = [decode_message(blob[offset - start : offset - start + length]) for _, _, offset, length in rows]
         return messages, has_more
 
     def messages(self, session_id: str, through_seq: int | None = None) -> list[Message]:

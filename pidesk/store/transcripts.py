@@ -66,7 +66,11 @@ Line = HeaderLine | MessageLine
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Line)
-_message_lines = msgspec.json.Decoder(list[MessageLine])
+# Lines known to be message lines (what follows the header, what the index points at) decode
+# straight into Messages: the "t" tag is an unknown field to Message and is skipped, which
+# takes half the time of decoding MessageLines and copying each into a Message.
+_message_decoder = msgspec.json.Decoder(Message)
+_message_lines = msgspec.json.Decoder(list[Message])
 
 
 def encode_line(line: Line) -> bytes:
@@ -91,6 +95,11 @@ def as_line(message: Message) -> MessageLine:
 
 def as_message(line: MessageLine) -> Message:
     return Message(**msgspec.structs.asdict(line))
+
+
+def decode_message(raw: bytes) -> Message:
+    """A line known to be a message line (the index points only at those), as a Message."""
+    return _message_decoder.decode(raw)
 
 
 class _Tail:
@@ -253,7 +262,7 @@ class Transcripts:
             return []
         if body.endswith(b"\n"):
             try:
-                return [as_message(line) for line in _message_lines.decode(b"[%s]" % body[:-1].replace(b"\n", b","))]
+                return _message_lines.decode(b"[%s]" % body[:-1].replace(b"\n", b","))
             except msgspec.DecodeError:
                 pass
         return [as_message(s.line) for s in self.scan(session_id).lines if isinstance(s.line, MessageLine)]
