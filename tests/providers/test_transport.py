@@ -27,6 +27,7 @@ class Answer:
     then: Literal["keep", "close", "hang", "drop"] = "keep"
     # keep: wait for the next request; close: close after writing; hang: write nothing, wait
     # for the client to go; drop: close at once, writing nothing
+    after: int = 0  # answer only once this many requests have arrived (on any connection)
 
 
 def ok(body: bytes = b"", *headers: str) -> Answer:
@@ -47,6 +48,7 @@ class RawServer:
     connections: int = 0
     client_gone: asyncio.Event = field(default_factory=asyncio.Event)  # a hanging answer's client left
     waiting: asyncio.Event = field(default_factory=asyncio.Event)  # a request is being held (hang)
+    arrived: asyncio.Condition = field(default_factory=asyncio.Condition)  # notified as each request arrives
     url: str = ""
     _server: asyncio.Server | None = None
 
@@ -66,8 +68,11 @@ class RawServer:
         self.connections += 1
         try:
             while request := await _read_request(reader):
-                self.requests.append(request)
                 answer = self.answers.popleft()
+                async with self.arrived:
+                    self.requests.append(request)
+                    self.arrived.notify_all()
+                    await asyncio.wait_for(self.arrived.wait_for(lambda: len(self.requests) >= answer.after), 5)
                 writer.write(answer.data)
                 await writer.drain()
                 if answer.then == "hang":
@@ -306,6 +311,19 @@ async def test_a_malformed_response_is_a_protocol_error(server: RawServer, data:
         with pytest.raises(httpx2.RemoteProtocolError):
             await http.get("/")
         assert (await http.get("/")).content == b"fresh"
+
+
+@pytest.mark.asyncio
+async def test_requests_at_once_each_get_a_connection_and_later_ones_reuse_them(server: RawServer) -> None:
+    """What a host does: many sessions' requests through one provider's client at the same time."""
+    server.script(*[Answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", after=3)] * 3, *[ok(b"again")] * 3)
+    async with client(server) as http:
+        together = await asyncio.gather(*(http.get("/") for _ in range(3)))  # each held until all three arrived
+        assert server.connections == 3
+        again = await asyncio.gather(*(http.get("/") for _ in range(3)))
+    assert [r.content for r in together] == [b"ok"] * 3
+    assert [r.content for r in again] == [b"again"] * 3
+    assert server.connections == 3  # all three were kept and reused
 
 
 @pytest.mark.asyncio
