@@ -225,6 +225,9 @@ Key = tuple[str, int]
 
 
 class PlainHttpTransport(httpx2.AsyncBaseTransport):
+    """httpx's transport interface over ``Connection``s, with a pool of idle ones per host and
+    port (one provider's client, shared by every session of a host, uses one of these)."""
+
     def __init__(self, max_idle: int = 100) -> None:
         self._idle: dict[Key, list[Connection]] = {}
         self._idle_count = 0
