@@ -44,7 +44,6 @@ from pidesk.store.transcripts import (
     Transcripts,
     as_line,
     as_message,
-    decode_line,
     decode_message,
     encode_line,
     encode_message,
