@@ -8,6 +8,7 @@ The config file is ``$PIDESK_CONFIG``, else ``<platform config dir>/pidesk/confi
     model = "openai/gpt-4.1"          # the default model (else: demo, built in and offline)
     approval_timeout = 1800           # seconds a submitted plan waits for a decision
     strict_planning = false           # true: Bash in Plan/Goal runs read-only (bubblewrap), even under auto
+    http_transport = "pidesk"         # plain-http:// model servers: pidesk's lean transport; "httpx": the SDK's
     data_dir = "~/pidesk-data"
 
     [providers.openai]                # OPENAI_API_KEY / OPENAI_BASE_URL override these
@@ -59,6 +60,10 @@ class HostConfig:
     mcp_servers: Mapping[str, Any] = field(default_factory=dict, repr=False)
     # turns doing CPU work on the event loop at once (pidesk.runtime.gate): RPCs wait behind at most this many
     step_slots: int = DEFAULT_SLOTS
+    # a plain-http:// base URL gets pidesk's own HTTP transport under the SDK (providers/transport.py);
+    # off with PIDESK_HTTP_TRANSPORT=httpx (or the file's http_transport) or when the environment names
+    # a proxy, which httpx would take (a proxy may itself be reached over TLS)
+    lean_http: bool = True
 
     @classmethod
     def from_environ(
@@ -92,6 +97,8 @@ class HostConfig:
             mcp_servers=dict(file.get("plugins", {}).get("mcp", {})),
             strict_planning=env.get("PIDESK_STRICT_PLANNING", str(file.get("strict_planning", ""))).lower()
             in ("1", "true", "yes"),
+            lean_http=(env.get("PIDESK_HTTP_TRANSPORT") or str(file.get("http_transport", "pidesk"))).lower() != "httpx"
+            and not any(env.get(name) for name in _PROXY_VARIABLES),
             faults=Faults(
                 frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
                 env.get("PIDESK_FAULT_ACTION", "kill"),
@@ -101,6 +108,7 @@ class HostConfig:
 
 _SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 _PROVIDER_SETTINGS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
+_PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")  # what httpx would proxy http:// by
 
 
 def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:

@@ -115,7 +115,7 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
 
             webbrowser.open(page)
 
-    asyncio.run(run_server(config, make_provider(config.model, config.secrets),
+    asyncio.run(run_server(config, make_provider(config.model, config.secrets, lean_http=config.lean_http),
                            ServeOptions(bind, port, token, allow_remote), announce))
 
 

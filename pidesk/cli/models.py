@@ -18,7 +18,8 @@ from pidesk.providers.scripted import ScriptedProvider, ScriptError
 KNOWN = "demo, scripted[/<script.json>], openai/<model>, anthropic/<model>"
 
 
-def make_provider(model: str, secrets: Mapping[str, str] | None = None) -> Provider:
+def make_provider(model: str, secrets: Mapping[str, str] | None = None, *, lean_http: bool = True) -> Provider:
+    """``lean_http``: a plain-http:// base URL may use pidesk's own transport (``HostConfig.lean_http``)."""
     name, _, rest = model.partition("/")
     secrets = secrets or {}
     if name == "demo":
@@ -42,8 +43,8 @@ def make_provider(model: str, secrets: Mapping[str, str] | None = None) -> Provi
         if name == "openai":
             from pidesk.providers.openai import OpenAIProvider
 
-            return OpenAIProvider(rest, api_key=key or "not-needed", base_url=base_url)
+            return OpenAIProvider(rest, api_key=key or "not-needed", base_url=base_url, lean_http=lean_http)
         from pidesk.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(rest, api_key=key or "", base_url=base_url)
+        return AnthropicProvider(rest, api_key=key or "", base_url=base_url, lean_http=lean_http)
     raise InvalidParams(f"unknown model {model!r}; this version knows {KNOWN}", Code.MODEL_NOT_CONFIGURED)

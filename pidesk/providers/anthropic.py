@@ -79,10 +79,11 @@ class AnthropicProvider(SdkProvider):
     path = "/v1/messages"
     decoder = msgspec.json.Decoder(_Event)
 
-    def __init__(self, model: str, *, api_key: str, base_url: str | None,
+    def __init__(self, model: str, *, api_key: str, base_url: str | None, lean_http: bool = True,
                  max_retries: int = DEFAULT_MAX_RETRIES, max_tokens: int = DEFAULT_MAX_TOKENS,
                  sleep: Sleep = asyncio.sleep) -> None:
-        super().__init__(model, api_key=api_key, base_url=base_url, max_retries=max_retries, sleep=sleep)
+        super().__init__(model, api_key=api_key, base_url=base_url, lean_http=lean_http, max_retries=max_retries,
+                         sleep=sleep)
         self._max_tokens = max_tokens
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:

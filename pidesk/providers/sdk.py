@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
@@ -31,12 +30,13 @@ class SdkProvider(ABC):
     path = ""  # the streaming endpoint, under the client's base URL
     decoder: msgspec.json.Decoder[Any]
 
-    def __init__(self, model: str, *, api_key: str, base_url: str | None,
+    def __init__(self, model: str, *, api_key: str, base_url: str | None, lean_http: bool = True,
                  max_retries: int = DEFAULT_MAX_RETRIES, sleep: Sleep = asyncio.sleep) -> None:
         self.name = f"{self.vendor}/{model}"
         self.model = model
         self._api_key = api_key
         self._base_url = base_url
+        self._lean_http = lean_http  # a plain-http:// base URL may use pidesk's transport (HostConfig.lean_http)
         self._policy = RetryPolicy(max_retries)
         self._sleep = sleep
         self._client: Any = None
@@ -61,6 +61,14 @@ class SdkProvider(ABC):
         except Exception:
             log.debug("warming up the %s client failed; the first request will say why", self.vendor, exc_info=True)
 
+    @property
+    def lean_transport(self) -> bool:
+        """Requests go over pidesk's own HTTP transport: a plain-http:// base URL (a local model
+        server) and ``lean_http`` (the config's say: no proxy in the way, no opt-out)."""
+        from pidesk.providers.transport import plain_http
+
+        return self._lean_http and plain_http(self._base_url)
+
     async def _connected(self) -> tuple[Any, SdkErrors]:
         """The client, built off the event loop the first time (importing an SDK takes ~1 s)."""
         if self._client is None or self._errors is None:
@@ -73,11 +81,11 @@ class SdkProvider(ABC):
                 import anyio
                 import httpx2
 
-                from pidesk.providers.transport import PlainHttpTransport, plain_http
+                from pidesk.providers.transport import PlainHttpTransport
 
                 sdk, client_class = self._sdk()
                 options: dict[str, Any] = {}
-                if plain_http(self._base_url, os.environ):  # a local model server: the lean transport
+                if self.lean_transport:
                     options["http_client"] = sdk.DefaultAsyncHttpxClient(transport=PlainHttpTransport())
                 self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0, **options)
                 self._errors = SdkErrors(

@@ -17,8 +17,8 @@ the framing rules of RFC 9112 §6.3, nothing more:
 * every failure is the httpx exception the default transport raises for it, so the SDK and
   pidesk's retry driver judge both transports' failures alike.
 
-Not here: TLS, proxies, HTTP/2, upgrades, pipelining (``plain_http`` decides when this
-transport is used at all).
+Not here: TLS, proxies, HTTP/2, upgrades, pipelining (``plain_http`` and the config's
+``lean_http`` decide when this transport is used at all).
 """
 
 from __future__ import annotations
@@ -37,12 +37,10 @@ HEAD_LIMIT = 64 * 1024  # the largest response head (status line and headers) ac
 READ_SIZE = 64 * 1024  # one read of a body that runs until the connection closes
 
 
-def plain_http(base_url: str | None, environ: Mapping[str, str]) -> bool:
-    """Nothing this client sends will use TLS: an ``http://`` base URL, and no proxy that the
-    HTTP client would take from the environment (a proxy may itself be reached over TLS)."""
-    if base_url is None or not base_url.lower().startswith("http://"):
-        return False
-    return not any(environ.get(name) for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"))
+def plain_http(base_url: str | None) -> bool:
+    """Nothing a client of this base URL sends needs TLS (whether a proxy is in the way, or the
+    user asked for httpx's own transport, is the config's to say: ``HostConfig.lean_http``)."""
+    return base_url is not None and base_url.lower().startswith("http://")
 
 
 # ---- the response head and its framing (pure) --------------------------------------------

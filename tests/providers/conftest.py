@@ -18,7 +18,7 @@ from tests.providers.mock_vendors import MockVendor, RecordedSleep
 @pytest.fixture(params=["plain-http", "httpx-default"])
 def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "httpx-default":
-        monkeypatch.setattr(transport_module, "plain_http", lambda base_url, environ: False)
+        monkeypatch.setattr(transport_module, "plain_http", lambda base_url: False)
     return str(request.param)
 
 
