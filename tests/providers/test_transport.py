@@ -53,6 +53,7 @@ class RawServer:
     arrived: asyncio.Condition = field(default_factory=asyncio.Condition)  # notified as each request arrives
     url: str = ""
     _server: asyncio.Server | None = None
+    _handlers: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def script(self, *answers: Answer) -> None:
         self.answers.extend(answers)
@@ -65,9 +66,15 @@ class RawServer:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+        for handler in self._handlers:  # e.g. one waiting for a request that will not come
+            handler.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
         try:
             while request := await _read_request(reader):
                 answer = self.answers.popleft()
@@ -86,6 +93,7 @@ class RawServer:
         except ConnectionError:
             pass
         finally:
+            self._handlers.discard(handler)
             writer.close()
 
 
@@ -396,3 +404,72 @@ def test_a_chunked_body_reassembles_exactly_whatever_its_chunks_and_packets(
         return got, await reader.read()
 
     assert asyncio.run(read()) == (body, b"HTTP/1.1 200 OK\r\n")
+
+
+# ---- the same as httpx's own transport, for any well-formed response ----------------------
+
+
+@dataclass(frozen=True)
+class Response:
+    data: bytes
+    then: Literal["keep", "close"]
+
+
+_TOKEN = st.text("abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12).map(lambda s: "x-" + s.strip("-") or "x-a")
+_VALUE = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=20)
+
+
+@st.composite
+def responses(draw: st.DrawFn, method: str) -> Response:
+    """A well-formed HTTP/1.x response: any status, headers, framing, chunking and preface."""
+    version = draw(st.sampled_from(["HTTP/1.1", "HTTP/1.1", "HTTP/1.0"]))
+    status = draw(st.sampled_from([200, 201, 204, 304, 400, 404, 429, 500, 503]))
+    reason = draw(st.sampled_from(["OK", "Whatever", "", "Too Many Requests"]))
+    headers = [f"{name}: {value}" for name, value in draw(st.lists(st.tuples(_TOKEN, _VALUE), max_size=4))]
+    body = draw(st.binary(max_size=300)) if status not in (204, 304) else b""
+    framings = ["length", "close"] + (["chunked"] if version == "HTTP/1.1" else [])
+    framing = draw(st.sampled_from(framings))
+    then: Literal["keep", "close"] = "keep"
+    if status in (204, 304):
+        payload = b""
+    elif framing == "length":
+        headers.append(f"Content-Length: {len(body)}")
+        payload = body if method != "HEAD" else b""
+    elif framing == "chunked":
+        headers.append("Transfer-Encoding: chunked")
+        sizes = draw(st.lists(st.integers(1, 120), max_size=6))
+        chunks, at = [], 0
+        for size in [*sizes, len(body)]:
+            if at < len(body):
+                chunks.append(body[at:at + size])
+                at += len(chunks[-1])
+        extension = draw(st.sampled_from([b"", b";a=1"]))
+        trailer = draw(st.sampled_from([b"", b"X-Trailer: t\r\n"]))
+        payload = b"".join(b"%x%s\r\n%s\r\n" % (len(c), extension, c) for c in chunks) + b"0\r\n" + trailer + b"\r\n"
+        payload = payload if method != "HEAD" else b""
+    else:  # the close ends it
+        payload, then = (body if method != "HEAD" else b""), "close"
+    if version == "HTTP/1.0" or draw(st.booleans()):
+        then = "close"
+        headers.append("Connection: close")
+    preface = draw(st.sampled_from([b"", b"HTTP/1.1 100 Continue\r\n\r\n",
+                                    b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"]))
+    head = f"{version} {status} {reason}\r\n" + "".join(f"{h}\r\n" for h in headers) + "\r\n"
+    return Response(preface + head.encode() + payload, then)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), method=st.sampled_from(["GET", "POST", "HEAD"]))
+def test_any_well_formed_response_reads_the_same_as_through_httpx_own_transport(
+    data: st.DataObject, method: str
+) -> None:
+    response = data.draw(responses(method))
+
+    async def fetch(transport: httpx2.AsyncBaseTransport) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        async with RawServer() as raw:
+            raw.script(Answer(response.data, then=response.then))
+            async with httpx2.AsyncClient(base_url=raw.url, transport=transport) as http:
+                got = await http.request(method, "/v1/x", content=b"{}" if method == "POST" else None)
+                return got.status_code, got.reason_phrase, got.headers.multi_items(), got.content
+
+    assert asyncio.run(fetch(PlainHttpTransport())) == asyncio.run(fetch(httpx2.AsyncHTTPTransport()))
