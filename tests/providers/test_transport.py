@@ -473,3 +473,26 @@ def test_any_well_formed_response_reads_the_same_as_through_httpx_own_transport(
                 return got.status_code, got.reason_phrase, got.headers.multi_items(), got.content
 
     assert asyncio.run(fetch(PlainHttpTransport())) == asyncio.run(fetch(httpx2.AsyncHTTPTransport()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), method=st.sampled_from(["GET", "HEAD"]))
+def test_a_response_cut_anywhere_fails_or_reads_the_same_as_through_httpx_own_transport(
+    data: st.DataObject, method: str
+) -> None:
+    """The retry driver judges a failure by its httpx class, so both transports must raise alike."""
+    response = data.draw(responses(method))
+    cut = data.draw(st.integers(0, max(0, len(response.data) - 1)))
+
+    async def fetch(transport: httpx2.AsyncBaseTransport) -> tuple[Any, ...]:
+        async with RawServer() as raw:
+            raw.script(Answer(response.data[:cut], then="close"))
+            async with httpx2.AsyncClient(base_url=raw.url, transport=transport) as http:
+                try:
+                    got = await http.request(method, "/v1/x")
+                except httpx2.TransportError as exc:
+                    kinds = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.TimeoutException)
+                    return ("failed", next((k.__name__ for k in kinds if isinstance(exc, k)), type(exc).__name__))
+                return "read", got.status_code, got.headers.multi_items(), got.content
+
+    assert asyncio.run(fetch(PlainHttpTransport())) == asyncio.run(fetch(httpx2.AsyncHTTPTransport()))
