@@ -149,7 +149,7 @@ class Connection:
             except asyncio.IncompleteReadError as exc:
                 if not exc.partial and first:
                     raise NothingReceived("Server disconnected without sending a response.") from None
-                raise httpx2.RemoteProtocolError("the server closed the connection before a response head ended") from None
+                raise httpx2.RemoteProtocolError("the server closed the connection inside a response head") from None
             except httpx2.ReadError as exc:
                 if first:
                     raise NothingReceived(f"Server disconnected without sending a response: {exc}") from exc
