@@ -12,11 +12,18 @@ Targets: (b)/(a) ≥ 0.7 — a message costs little more than its fsync;
 (c)/(b) ≥ 3 — fsyncs of different transcripts overlap (the GIL is released) and
 index rows of concurrent appends share one commit.
 
-A virtual disk's fsync latency can drift 2-5x within seconds, so the four phases
-run interleaved in rounds (order rotated each round) and each rate is the total
-appends over the total time of its phase; per-round ratios show the spread.
-Both ratios move with the disk (a slower fsync leaves more room for (c) to
-overlap), so the store's own cost per append is printed too: "cost above (a)".
+Each phase's writers append without pause; a round counts the appends finished
+in a timed window that opens only once every writer of the phase is appending,
+and the rate is the appends over the time of all its windows: the load (c) names,
+50 sessions appending at once. (Until 2026-12-03 a round gave each of the 50
+threads a fixed 8 appends between two barriers: all 50 were appending at once for
+only 2-4 % of such a round, as threads woke one by one and finished unevenly,
+and (c) came out 10-20 % under its steady rate; docs/benchmarks.md.)
+
+A virtual disk's fsync latency can drift 2-5x within seconds, so the phases run
+interleaved in rounds (order rotated each round); per-round ratios show the
+spread. Both ratios move with the disk (a slower fsync leaves more room for (c)
+to overlap), so the store's own cost per append is printed too: "cost above (a)".
 
     .venv/bin/python bench/durable_append.py [--quick]
 """
@@ -63,88 +70,95 @@ def sample_line(session_id: str) -> bytes:
     return encode_line(as_line(message))
 
 
-class Baseline:
-    """One file held open; each append is a write and an fsync."""
+class RawFile:
+    """One file held open; ``append`` writes the line and syncs it: ``os.fsync`` after
+    each write, or with ``dsync`` an O_DSYNC descriptor whose every write is its sync."""
 
-    def __init__(self, path: Path, line: bytes) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    def __init__(self, path: Path, line: bytes, *, dsync: bool = False) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_DSYNC if dsync else 0), 0o644)
         self.line = line
+        self.append = self._write if dsync else self._write_fsync
 
-    def run(self, n: int) -> float:
-        start = time.perf_counter()
-        for _ in range(n):
-            os.write(self.fd, self.line)
-            os.fsync(self.fd)
-        return time.perf_counter() - start
+    def _write_fsync(self) -> None:
+        os.write(self.fd, self.line)
+        os.fsync(self.fd)
+
+    def _write(self) -> None:
+        os.write(self.fd, self.line)
 
     def close(self) -> None:
         os.close(self.fd)
 
 
-class DsyncBaseline(Baseline):
-    """One O_DSYNC file held open; each append is one write that is also its sync."""
+class StoreSession:
+    """One session of the store; ``append`` persists one message to it."""
 
-    def __init__(self, path: Path, line: bytes) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_DSYNC, 0o644)
-        self.line = line
-
-    def run(self, n: int) -> float:
-        start = time.perf_counter()
-        for _ in range(n):
-            os.write(self.fd, self.line)
-        return time.perf_counter() - start
-
-
-class Single:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.session_id = new_session(store, "single writer")
+        self.session_id = new_session(store, "writer")
         self.turn_id = new_id("t")
 
-    def run(self, n: int) -> float:
-        start = time.perf_counter()
-        for _ in range(n):
-            self.store.append_message(self.session_id, self.turn_id, "user", [TextBlock(text=TEXT)])
-        return time.perf_counter() - start
+    def append(self) -> None:
+        self.store.append_message(self.session_id, self.turn_id, "user", [TextBlock(text=TEXT)])
 
 
-class Crowd:
-    """Threads that live across rounds: each round, every thread runs its ``job(n)`` once;
-    a barrier starts the round and another ends it."""
+class Writers:
+    """Threads that live across rounds, each calling its ``append`` without pause while a
+    round runs. ``run`` counts the appends finished inside a window of ``seconds`` that
+    opens once every thread is inside its loop, so the figure is the rate with all of
+    them at work, whatever their start and finish cost."""
 
-    def __init__(self, jobs: list[Callable[[int], object]]) -> None:
-        self.n = 0
-        self.stop = False
+    def __init__(self, appends: list[Callable[[], object]]) -> None:
+        self.counts = [0] * len(appends)
+        self.going = False
+        self.closing = False
         self.errors: list[BaseException] = []
-        self.start = threading.Barrier(len(jobs) + 1)
-        self.end = threading.Barrier(len(jobs) + 1)
-        self.threads = [threading.Thread(target=self._work, args=(job,), daemon=True) for job in jobs]
+        self.started = 0
+        self.started_lock = threading.Lock()
+        self.all_started = threading.Event()
+        self.start = threading.Barrier(len(appends) + 1)
+        self.end = threading.Barrier(len(appends) + 1)
+        self.threads = [threading.Thread(target=self._work, args=(i, a), daemon=True) for i, a in enumerate(appends)]
         for thread in self.threads:
             thread.start()
 
-    def _work(self, job: Callable[[int], object]) -> None:
+    def _work(self, i: int, append: Callable[[], object]) -> None:
+        counts = self.counts
         while True:
             self.start.wait()
-            if self.stop:
+            if self.closing:
                 return
+            with self.started_lock:
+                self.started += 1
+                if self.started == len(counts):
+                    self.all_started.set()
             try:
-                job(self.n)
+                while self.going:
+                    append()
+                    counts[i] += 1
             except BaseException as exc:  # reported by run(); the barrier must still be reached
                 self.errors.append(exc)
             self.end.wait()
 
-    def run(self, n: int) -> float:
-        self.n = n
+    def run(self, seconds: float) -> tuple[int, float]:
+        """One round: (appends finished in the window, the window's length)."""
+        self.started = 0
+        self.all_started.clear()
+        self.going = True
         self.start.wait()
-        began = time.perf_counter()
+        if not self.all_started.wait(timeout=60):
+            raise RuntimeError("the writers did not all start within 60 s")
+        before, began = sum(self.counts), time.perf_counter()
+        time.sleep(seconds)  # the measured window: the writers run meanwhile
+        after, ended = sum(self.counts), time.perf_counter()
+        self.going = False
         self.end.wait()
-        elapsed = time.perf_counter() - began
         if self.errors:
             raise RuntimeError(f"a writer failed: {self.errors[0]!r}") from self.errors[0]
-        return elapsed
+        return after - before, ended - began
 
     def close(self) -> None:
-        self.stop = True
+        self.closing = True
         self.start.wait()
         for thread in self.threads:
             thread.join()
@@ -152,56 +166,49 @@ class Crowd:
 
 def main() -> int:
     args = harness.parse_args(__doc__ or "")
-    n, rounds = (200, 4) if args.quick else (2000, 10)
-    per_thread = max(1, 2 * n // WRITERS // rounds)  # the parallel phase appends twice as many lines in all
+    rounds, window = (4, 0.05) if args.quick else (10, 0.2)
     harness.header("durable append", args.quick)
     with harness.scratch("append") as tmp:
         store = Store(tmp / "data")
         line = sample_line("s_0123456789abcdef")
-        baseline = Baseline(tmp / "baseline.jsonl", line)
-        single = Single(store)
-        parallel = Crowd([Single(store).run for _ in range(WRITERS)])
-        raw_files = [Baseline(tmp / f"raw-{i}.jsonl", line) for i in range(WRITERS)]
-        raw_parallel = Crowd([f.run for f in raw_files])
-        dsync_files = [DsyncBaseline(tmp / f"dsync-{i}.jsonl", line) for i in range(WRITERS)]
-        dsync_parallel = Crowd([f.run for f in dsync_files])
-        phases: dict[str, tuple[Callable[[], float], int]] = {
-            "baseline": (lambda: baseline.run(n // rounds), n // rounds),
-            "single": (lambda: single.run(n // rounds), n // rounds),
-            "parallel": (lambda: parallel.run(per_thread), per_thread * WRITERS),
-            "raw parallel": (lambda: raw_parallel.run(per_thread), per_thread * WRITERS),
-            "dsync parallel": (lambda: dsync_parallel.run(per_thread), per_thread * WRITERS),
+        files = [RawFile(tmp / "baseline.jsonl", line)]
+        files += [RawFile(tmp / f"raw-{i}.jsonl", line) for i in range(WRITERS)]
+        files += [RawFile(tmp / f"dsync-{i}.jsonl", line, dsync=True) for i in range(WRITERS)]
+        phases = {
+            "baseline": Writers([files[0].append]),
+            "single": Writers([StoreSession(store).append]),
+            "parallel": Writers([StoreSession(store).append for _ in range(WRITERS)]),
+            "raw parallel": Writers([f.append for f in files[1 : 1 + WRITERS]]),
+            "dsync parallel": Writers([f.append for f in files[1 + WRITERS :]]),
         }
-        totals: dict[str, list[float]] = {name: [0.0, 0] for name in phases}
+        totals: dict[str, list[float]] = {name: [0, 0.0] for name in phases}
         per_round: dict[str, list[float]] = {name: [] for name in phases}
         try:
-            warm = 20
-            baseline.run(warm)
-            single.run(warm)
+            for writers in phases.values():  # each writer opens its file; the store reads each session's seq
+                writers.run(0.01)
             order = list(phases)
             for r in range(rounds):
                 for name in order[r % len(order):] + order[: r % len(order)]:
-                    run, count = phases[name]
-                    elapsed = run()
-                    totals[name][0] += elapsed
-                    totals[name][1] += count
-                    per_round[name].append(count / elapsed)
+                    count, seconds = phases[name].run(window)
+                    totals[name][0] += count
+                    totals[name][1] += seconds
+                    per_round[name].append(count / seconds)
         finally:
-            parallel.close()
-            raw_parallel.close()
-            dsync_parallel.close()
-            for f in [baseline, *raw_files, *dsync_files]:
+            for writers in phases.values():
+                writers.close()
+            for f in files:
                 f.close()
             store.close()
-    rate = {name: count / seconds for name, (seconds, count) in totals.items()}
+    counts = {name: int(count) for name, (count, _) in totals.items()}
+    rate = {name: count / seconds for name, (count, seconds) in totals.items()}
     ratio_b = [s / b for s, b in zip(per_round["single"], per_round["baseline"], strict=True)]
     ratio_c = [p / s for p, s in zip(per_round["parallel"], per_round["single"], strict=True)]
 
     def spread(values: list[float]) -> str:
         return f"per round {min(values):.2f}–{max(values):.2f}, median {statistics.median(values):.2f}"
 
-    print(f"  line {len(line)} bytes; {rounds} rounds; (a),(b) {n} appends each; (c) {WRITERS} threads × "
-          f"{per_thread * rounds} = {per_thread * rounds * WRITERS} appends")
+    print(f"  line {len(line)} bytes; {rounds} rounds of a {window * 1000:.0f} ms window a phase; appends counted: "
+          + ", ".join(f"{name} {count:,}" for name, count in counts.items()))
     figures = [
         Figure("(a) baseline write+fsync", rate["baseline"], "appends/s"),
         Figure("(b) Store.append_message, one session", rate["single"], "appends/s"),
