@@ -43,16 +43,25 @@ def now_iso() -> str:
 
     ``datetime.strftime`` looks ``time.strftime`` up through the import system on each
     call, which costs little alone but several times more when many threads append at
-    once; here the text up to the second is formatted once a second and reused.
+    once. Here the text of the current millisecond is kept and reused (fifty sessions
+    appending at once stamp several messages a millisecond), and the text up to the
+    second is formatted once a second.
     """
-    global _second
-    second, milli = divmod(time.time_ns() // 1_000_000, 1000)
-    cached = _second
-    if cached[0] != second:
-        cached = _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-    return f"{cached[1]}.{milli:03d}Z"
+    global _milli, _second
+    now = time.time_ns() // 1_000_000
+    cached = _milli
+    if cached[0] == now:
+        return cached[1]
+    second, milli = divmod(now, 1000)
+    head = _second
+    if head[0] != second:
+        head = _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    text = f"{head[1]}.{milli:03d}Z"
+    _milli = (now, text)
+    return text
 
 
+_milli: tuple[int, str] = (-1, "")  # the millisecond now_iso last stamped, and its text
 _second: tuple[int, str] = (-1, "")  # the second now_iso last formatted, and its text
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,9 +83,8 @@ class Store:
         self._last_seq: dict[str, int] = {}
         self.new_message_id = ordered_ids("m")  # ids that sort as made: the index inserts them at its edge
         # message index rows written behind their fsynced transcript lines
-        self._pending_lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._pending: list[tuple[IndexRow, int]] = []
+        self._pending: deque[tuple[IndexRow, int]] = deque()
 
     def close(self) -> None:
         try:
@@ -127,8 +127,8 @@ class Store:
     def delete_session(self, session_id: str) -> None:
         """Rename the transcript aside, drop the rows, then unlink: a crash anywhere
         leaves either the whole session or a delete that boot finishes."""
-        self.flush()
         with self.transcripts.lock(session_id):
+            self.flush()  # under the lock: no append can queue a row for the session after this
             self.transcripts.forget(session_id)
             path = self.transcripts.path(session_id)
             tomb = path.with_suffix(".jsonl.deleted")
@@ -224,10 +224,10 @@ class Store:
         nothing, because boot indexes every line past a session's watermark. One appender
         commits a full batch while the others go on queueing (the next commit takes every
         row queued meanwhile); they wait for it only once ``INDEX_BACKLOG`` rows are queued.
+        The queue is a deque, whose append and popleft are atomic: appenders take no lock.
         """
-        with self._pending_lock:
-            self._pending.append((row, end))
-            queued = len(self._pending)
+        self._pending.append((row, end))
+        queued = len(self._pending)
         if queued < INDEX_BATCH:
             return
         if queued >= INDEX_BACKLOG:
@@ -244,15 +244,15 @@ class Store:
             self._commit_pending()
 
     def _commit_pending(self) -> None:
-        with self._pending_lock:
-            batch, self._pending = self._pending, []
+        """Commit the rows queued now (the caller holds ``_flush_lock``, so it is the only taker)."""
+        pending = self._pending
+        batch = [pending.popleft() for _ in range(len(pending))]
         if not batch:
             return
         try:
             self._commit_rows(batch)
         except BaseException as exc:
-            with self._pending_lock:
-                self._pending[:0] = batch  # keep them for the next flush; boot has them anyway
+            pending.extendleft(reversed(batch))  # keep them for the next flush; boot has them anyway
             raise StoreError(f"the message index could not commit: {exc}") from exc
 
     def _commit_rows(self, batch: list[tuple[IndexRow, int]]) -> None:

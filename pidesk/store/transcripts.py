@@ -183,11 +183,11 @@ class Transcripts:
         tail = self._open.get(session_id) or self._reopen(session_id)
         offset = tail.end
         try:
-            view = memoryview(data)
-            while view:
+            written = 0
+            while written < len(data):  # one write, unless the kernel takes part of the line
                 self.faults.hit("transcript.write")
                 self.faults.hit("transcript.fsync")
-                view = view[os.write(tail.fd, view):]
+                written += os.write(tail.fd, data[written:] if written else data)
         except OSError:
             self._undo(session_id, offset)
             raise

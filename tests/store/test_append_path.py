@@ -7,10 +7,15 @@ import fcntl
 import os
 import threading
 import types
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from pidesk import ids as ids_module
+from pidesk.core.errors import StoreError
 from pidesk.core.records import Message, TextBlock, ToolCallBlock, ToolResultBlock
 from pidesk.ids import iso, now_iso, ordered_ids, utcnow
 from pidesk.store import store as store_module
@@ -87,6 +92,25 @@ def test_now_iso_is_iso_of_utcnow():
     assert before <= now <= after and len(now) == len(before)
 
 
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.integers(min_value=0, max_value=3_000_000_000), min_size=1, max_size=40))
+def test_now_iso_reuses_a_stamp_only_within_its_millisecond(steps: list[int]):
+    """The kept text of a millisecond (and of a second) is right for every clock reading:
+    readings inside one millisecond, across millisecond and second boundaries, and after a
+    clock stepped back."""
+    clock = 1_764_720_000_123_456_789  # 2025-12-03, nanoseconds
+    readings = []
+    for n, step in enumerate(steps):
+        clock += step if n % 7 else -step  # now and then the clock steps back
+        readings.append(clock)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    with pytest.MonkeyPatch.context() as patch:
+        ticks = iter(readings)
+        patch.setattr(ids_module.time, "time_ns", lambda: next(ticks))
+        stamps = [now_iso() for _ in readings]
+    assert stamps == [iso(epoch + timedelta(milliseconds=ns // 1_000_000)) for ns in readings]
+
+
 def test_concurrent_appenders_past_many_batches_leave_every_row_indexed(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(store_module, "INDEX_BATCH", 8)
     monkeypatch.setattr(store_module, "INDEX_BACKLOG", 32)
@@ -112,6 +136,47 @@ def test_concurrent_appenders_past_many_batches_leave_every_row_indexed(tmp_path
     report = again.reconcile()
     assert report.indexed_from_outbox == 0 and report.quarantined == []  # every watermark matches its file
     again.close()
+
+
+def test_a_failed_index_commit_keeps_its_rows_for_the_next_flush(tmp_path: Path, monkeypatch):
+    store, sid = new_store(tmp_path, store_module.NO_FAULTS)
+    for n in range(3):
+        store.append_message(sid, None, "user", [TextBlock(text=f"before {n}")])
+    commit = store._commit_rows
+
+    def fail_once(batch):
+        monkeypatch.setattr(store, "_commit_rows", commit)
+        store.append_message(sid, None, "user", [TextBlock(text="during")])  # queued while the batch is out
+        raise OSError("disk I/O error")
+
+    monkeypatch.setattr(store, "_commit_rows", fail_once)
+    with pytest.raises(StoreError) as failed:
+        store.flush()
+    assert failed.value.code == "PERSISTENCE_FAILURE"
+    store.append_message(sid, None, "user", [TextBlock(text="after")])  # queued behind the kept rows
+    messages, _ = store.page(sid, None, 10)
+    assert [m.text() for m in messages] == ["before 0", "before 1", "before 2", "during", "after"]
+    store.close()
+
+
+def test_deleting_a_session_commits_its_queued_rows_under_its_lock(tmp_path: Path, monkeypatch):
+    """A row queued for a session after the delete's flush would reference a deleted session
+    and fail every later index commit; the flush runs while the session's appends are locked out."""
+    store, sid = new_store(tmp_path, store_module.NO_FAULTS)
+    store.append_message(sid, None, "user", [TextBlock(text="queued")])
+    new_store_session(store, "s_2", tmp_path)
+    flush, seen = store.flush, []
+
+    def flush_and_look():
+        seen.append(store.transcripts.lock(sid).locked())
+        flush()
+
+    monkeypatch.setattr(store, "flush", flush_and_look)
+    store.delete_session(sid)
+    assert seen == [True]
+    store.append_message("s_2", None, "user", [TextBlock(text="still indexed")])
+    assert [m.text() for m in store.page("s_2", None, 10)[0]] == ["still indexed"]
+    store.close()
 
 
 def new_store_session(store: store_module.Store, sid: str, root: Path) -> None:
