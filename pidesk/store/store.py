@@ -200,8 +200,8 @@ class Store:
         the same transaction as ``before_commit``'s changes (the turn's terminal
         update); boot drops index rows past a transcript's end.
         """
-        self.flush()
         with self.transcripts.lock(session_id):
+            self.flush()  # under the lock, as in delete_session
             with self.db.read() as db:
                 location = repo.message_location(db, session_id, message_id)
             if location is None:

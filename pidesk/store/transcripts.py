@@ -178,8 +178,6 @@ class Transcripts:
         The descriptor is O_DSYNC, so each ``os.write`` returns only once its bytes
         are synced: a failed write is a failed fsync, and both are undone alike.
         """
-        if session_id in self._poisoned:
-            raise OSError(errno.EIO, f"the transcript of {session_id} failed to sync earlier; restart to recover it")
         tail = self._open.get(session_id) or self._reopen(session_id)
         offset = tail.end
         try:
@@ -211,6 +209,9 @@ class Transcripts:
             self._poisoned.add(session_id)
 
     def _reopen(self, session_id: str) -> _Tail:
+        """Open the session's descriptor (a poisoned session has none: ``_undo`` closed it)."""
+        if session_id in self._poisoned:
+            raise OSError(errno.EIO, f"the transcript of {session_id} failed to sync earlier; restart to recover it")
         with self._open_lock:
             if len(self._open) >= self._max_open:
                 self._evict_one()

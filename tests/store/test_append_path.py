@@ -70,6 +70,45 @@ def test_a_failed_o_dsync_write_is_a_failed_sync_and_its_bytes_are_cut_back(tmp_
     assert transcripts.path("s").read_bytes() == b"header\nkept\nnext\n"
 
 
+def test_a_session_whose_failed_write_cannot_be_cut_back_takes_no_appends_until_a_restart(tmp_path: Path, monkeypatch):
+    transcripts = Transcripts(tmp_path)
+    transcripts.create("s", [b"header\n"])
+    transcripts.append("s", b"kept\n")
+
+    def fail(*args: object, **kwargs: object) -> int:
+        raise OSError(errno.EIO, "the disk failed")
+
+    monkeypatch.setattr(transcripts_module, "os", types.SimpleNamespace(**{**vars(os), "write": fail}))
+    monkeypatch.setattr(transcripts_module, "open", fail, raising=False)  # _undo cannot cut the file back
+    with pytest.raises(OSError):
+        transcripts.append("s", b"unsynced\n")
+    monkeypatch.undo()  # the disk works again, but the file may hold bytes nobody acknowledged
+    with pytest.raises(OSError, match="restart to recover it"):
+        transcripts.append("s", b"next\n")
+    transcripts.close()
+    restarted = Transcripts(tmp_path)  # boot reconciles the tail; then appends go on
+    assert restarted.append("s", b"next\n") > 0
+    restarted.close()
+
+
+def test_a_smart_stop_cut_commits_queued_rows_under_the_session_lock(tmp_path: Path, monkeypatch):
+    store, sid = new_store(tmp_path, store_module.NO_FAULTS)
+    store.append_message(sid, None, "user", [TextBlock(text="kept")])
+    cut = store.append_message(sid, None, "user", [TextBlock(text="cut")])
+    flush, seen = store.flush, []
+
+    def flush_and_look():
+        seen.append(store.transcripts.lock(sid).locked())
+        flush()
+
+    monkeypatch.setattr(store, "flush", flush_and_look)
+    assert store.cut_from(sid, cut.id, lambda db: None) == 2
+    assert seen == [True]
+    monkeypatch.undo()
+    assert [m.text() for m in store.page(sid, None, 10)[0]] == ["kept"]
+    store.close()
+
+
 def test_an_encoded_message_is_the_same_line_as_through_message_line():
     message = Message(
         id="m_1", session_id="s_1", turn_id=None, seq=3, role="assistant", created_at=now_iso(),
