@@ -4,8 +4,11 @@
    as a clean shutdown leaves them: the BootReport of every run must be empty.
    Target: median ``Host.open`` ≤ 1 s.
 2. Recovery: 1k sessions whose running turn waits on a pending plan approval and
-   1k more with a running turn (half of them waiting on a permission request).
-   Every run boots a fresh copy; afterwards nothing may be pending or running.
+   1k more with a running turn (half of them waiting on a permission request),
+   each started from a queue entry, and for half of those the crash left the entry
+   queued after its prompt line landed (recovery must find the line and spend the
+   entry). Every run boots a fresh copy; afterwards nothing may be pending or
+   running, and no entry whose prompt landed may be left queued.
    Target: median ``Host.open`` ≤ 1 s.
 
 Datasets are built in bulk by ``dataset.build`` and cached under bench/out/cache/;
@@ -70,7 +73,7 @@ def recovery_dataset() -> Path:
         waiting = index % 2 == 0
         return dataset.SessionPlan(
             status=SessionStatus.WAITING_PERMISSION if waiting else SessionStatus.RUNNING, running_turn=True,
-            pending_permission=waiting,
+            pending_permission=waiting, from_queue=True, entry_left=index % 4 < 2,
         )
 
     def make(entry: Path) -> None:
@@ -78,7 +81,7 @@ def recovery_dataset() -> Path:
         project.mkdir()
         dataset.build(entry / "data", APPROVALS + RUNNING, RECOVERY_MESSAGES, seed=2, project=project, plan=plan)
 
-    return dataset.cached("recovery", {"approvals": APPROVALS, "running": RUNNING,
+    return dataset.cached("recovery", {"approvals": APPROVALS, "running": RUNNING, "from_queue": True,
                                        "messages": RECOVERY_MESSAGES}, make) / "data"
 
 
@@ -124,10 +127,11 @@ def _check_nothing_left(host: Host) -> None:
             "SELECT (SELECT count(*) FROM plan_approvals WHERE status = 'pending'),"
             " (SELECT count(*) FROM permission_requests WHERE status = 'pending'),"
             " (SELECT count(*) FROM turns WHERE state = 'running'),"
-            " (SELECT count(*) FROM sessions WHERE status != 'idle' OR current_turn_id IS NOT NULL)"
+            " (SELECT count(*) FROM sessions WHERE status != 'idle' OR current_turn_id IS NOT NULL),"
+            " (SELECT count(*) FROM queue q JOIN turns t ON t.queue_entry = q.id)"
         ).fetchone()
     if any(left):
-        raise SystemExit(f"recovery left work behind: approvals, permissions, turns, sessions = {left}")
+        raise SystemExit(f"recovery left work behind: approvals, permissions, turns, sessions, spent entries = {left}")
 
 
 def process_boot(data_dir: Path) -> float:

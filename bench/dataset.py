@@ -113,6 +113,8 @@ class SessionPlan:
     running_turn: bool = False  # the last turn is still running
     pending_approval: bool = False  # ... and submitted a plan that waits for the user
     pending_permission: bool = False  # ... or asked for a permission that waits
+    from_queue: bool = False  # ... was started from a queue entry
+    entry_left: bool = False  # ... whose entry the crash left queued, though its prompt line landed
 
 
 def build(
@@ -180,7 +182,10 @@ def _build_session(
     repo.insert_session(db, session, last_seq=rows[-1][3] if rows else 0, indexed_bytes=offset)
     repo.insert_message_rows(db, rows)
     for turn_id, moment, running in turn_rows:
-        repo.insert_turn(db, turn_id, session_id, TurnOrigin.INTERACTIVE, None)
+        entry = None
+        if running and plan.from_queue:
+            entry = repo.queue_push(db, session_id, "run the tests again", []).id if plan.entry_left else ids("q")
+        repo.insert_turn(db, turn_id, session_id, TurnOrigin.INTERACTIVE, None, queue_entry=entry)
         if not running:
             repo.end_turn_row(db, turn_id, TurnReason.COMPLETED, None)
     if current_turn is not None and plan.pending_approval:

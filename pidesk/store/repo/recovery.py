@@ -14,12 +14,19 @@ def interrupt_everything(db: sqlite3.Connection) -> dict[str, int]:
     """Fail closed after a restart: nothing pending, queued or running survives, nothing is replayed.
 
     A running turn that was consuming a queue entry settles the entry by its transcript:
-    if the prompt's line made it, the entry is spent; if not, it stays queued.
+    if the prompt's line made it, the entry is spent; if not, it stays queued. The prompt
+    is looked for only when the entry is still queued (the host removes it as soon as the
+    prompt lands, so only a crash in that window leaves one), and only among that
+    session's messages: ``messages`` has no index on ``turn_id``, and scanning all of
+    them for every running turn made recovery grow with the whole history (1k such
+    turns over 16k messages took 0.8 s; bench/boot.py). The subquery names
+    ``q.session_id`` so that SQLite runs it after the queue lookup, not for every turn.
     """
     now = now_iso()
     db.execute(
-        "DELETE FROM queue WHERE id IN (SELECT t.queue_entry FROM turns t WHERE t.state = 'running'"
-        " AND t.queue_entry IS NOT NULL AND EXISTS (SELECT 1 FROM messages m WHERE m.turn_id = t.id))"
+        "DELETE FROM queue WHERE id IN (SELECT q.id FROM turns t JOIN queue q ON q.id = t.queue_entry"
+        " WHERE t.state = 'running'"
+        " AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = q.session_id AND m.turn_id = t.id))"
     )
     counts = {
         "approvals": db.execute(
