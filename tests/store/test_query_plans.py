@@ -1,0 +1,66 @@
+"""Statements that run on every focus, list, delete or boot search an index; none scans a
+table that grows with every turn (messages, turns, notifications, permission requests).
+
+Each operation runs through its real ``repo`` function on a migrated index; every statement
+SQLite executes meanwhile (its trace, with the values bound) is asked for its query plan.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pidesk.store import repo
+from pidesk.store.db import Database
+
+GROWING = ("messages", "turns", "notifications", "permission_requests")
+
+
+def scans_of(path: Path, operation: Callable[[sqlite3.Connection], object]) -> list[str]:
+    """The plan lines of ``operation``'s statements that scan a growing table (a scan of a
+    partial index is fine: it holds only the rows the statement is after)."""
+    database = Database(path)
+    database.migrate()
+    conn = database.conn
+    partial = {name for name, sql in conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'")
+               if sql and " WHERE " in sql.upper()}
+    executed: list[str] = []
+    conn.set_trace_callback(executed.append)
+    try:
+        conn.execute("BEGIN")
+        operation(conn)
+        conn.execute("ROLLBACK")
+    finally:
+        conn.set_trace_callback(None)
+    statements = [s for s in executed if s.split(None, 1)[0].upper() in {"SELECT", "UPDATE", "DELETE", "WITH"}]
+    assert statements, "the operation ran no statement"
+    found = []
+    for statement in statements:
+        names = {alias: table for table, alias in re.findall(rf"\b({'|'.join(GROWING)})\s+(?:AS\s+)?(\w+)", statement)}
+        for *_, detail in conn.execute("EXPLAIN QUERY PLAN " + statement):
+            words = detail.split()
+            if words[0] != "SCAN" or words[-1] in partial:
+                continue
+            if names.get(words[1], words[1]) in GROWING:
+                found.append(f"{detail}  <-  {statement}")
+    database.close()
+    return found
+
+
+OPERATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
+    "list unseen notifications": lambda db: repo.notifications(db, unseen_only=True),
+    "mark a session's notifications seen": lambda db: repo.mark_seen(db, session_id="s_1"),
+    "delete a session (its rows cascade)": lambda db: repo.delete_session(db, "s_1"),
+    "startup recovery": repo.interrupt_everything,
+    "a page of messages": lambda db: repo.message_page(db, "s_1", None, 200),
+    "a message by id": lambda db: repo.message_location(db, "s_1", "m_1"),
+}
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=OPERATIONS)
+def test_an_operation_that_runs_often_scans_no_table_that_grows_with_every_turn(tmp_path: Path, operation: str):
+    assert scans_of(tmp_path / "index.db", OPERATIONS[operation]) == []
