@@ -58,6 +58,17 @@ OPERATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
     "startup recovery": repo.interrupt_everything,
     "a page of messages": lambda db: repo.message_page(db, "s_1", None, 200),
     "a message by id": lambda db: repo.message_location(db, "s_1", "m_1"),
+    "a session's turns": lambda db: repo.list_turns(db, "s_1", 50),
+    "the running turns": repo.running_turns,
+    "an aborted turn's waits": lambda db: repo.interrupt_turn_waits(db, "t_1"),
+    "pending permission requests": lambda db: repo.pending_requests(db),
+    "a session's pending permission requests": lambda db: repo.pending_requests(db, "s_1"),
+    "pending approvals": lambda db: repo.approvals(db, pending=True),
+    "a session's approvals": lambda db: repo.approvals(db, session_id="s_1"),
+    "queued executions": lambda db: repo.queued_executions(db),
+    "an open contract": lambda db: repo.has_open_contract(db, "s_1"),
+    "the sessions list": lambda db: repo.list_sessions(db),
+    "a session's audit": lambda db: repo.audit_entries(db, "s_1", 100),
 }
 
 
