@@ -239,13 +239,15 @@ def m006_schedules(db: sqlite3.Connection) -> None:
 def m007_indexes_for_growing_tables(db: sqlite3.Connection) -> None:
     """Indexes for statements that scanned tables growing with every turn: the unseen
     notifications (listed by the UI), a session's unseen ones (marked seen when it is
-    focused), and the cascade that deletes a session's notifications and permission
-    requests. At 50k rows each these took 5-23 ms; with them, well under one."""
+    focused), the cascade that deletes a session's notifications and permission
+    requests, and the scheduled runs still running at boot. At 50k rows each these
+    took 5-23 ms; with them, well under one."""
     run_script(
         db,
         """
         CREATE INDEX notifications_session ON notifications(session_id, seen_at);
         CREATE INDEX notifications_unseen ON notifications(created_at) WHERE seen_at IS NULL;
         CREATE INDEX permission_requests_session ON permission_requests(session_id);
+        CREATE INDEX schedule_runs_running ON schedule_runs(status) WHERE status = 'running';
         """,
     )

@@ -1,5 +1,6 @@
 """Statements that run on every focus, list, delete or boot search an index; none scans a
-table that grows with every turn (messages, turns, notifications, permission requests).
+table that grows with every turn (messages, turns, notifications, permission requests,
+scheduled runs).
 
 Each operation runs through its real ``repo`` function on a migrated index; every statement
 SQLite executes meanwhile (its trace, with the values bound) is asked for its query plan.
@@ -17,7 +18,7 @@ import pytest
 from pidesk.store import repo
 from pidesk.store.db import Database
 
-GROWING = ("messages", "turns", "notifications", "permission_requests")
+GROWING = ("messages", "turns", "notifications", "permission_requests", "schedule_runs")
 
 
 def scans_of(path: Path, operation: Callable[[sqlite3.Connection], object]) -> list[str]:
@@ -56,6 +57,7 @@ OPERATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
     "mark a session's notifications seen": lambda db: repo.mark_seen(db, session_id="s_1"),
     "delete a session (its rows cascade)": lambda db: repo.delete_session(db, "s_1"),
     "startup recovery": repo.interrupt_everything,
+    "scheduled runs interrupted at boot": repo.interrupt_runs,
     "a page of messages": lambda db: repo.message_page(db, "s_1", None, 200),
     "a message by id": lambda db: repo.message_location(db, "s_1", "m_1"),
     "a session's turns": lambda db: repo.list_turns(db, "s_1", 50),
