@@ -144,7 +144,7 @@ class HostTurnContext:
                 return ToolOutcome(ToolResult(ok=True, output=summary))
         plugins = self.p.plugin_tools
         if plugins is not None and plugins.risk_of(call.name) is not None:
-            return ToolOutcome(await plugins.call(call.name, call.args))
+            return ToolOutcome(await plugins.call(call.name, call.args, stopped=lambda: self.live.stop_requested))
         if call.name == "Bash" and self.p.config.strict_planning and self._current().mode.is_contract:
             root = Path(self._current().root)
             sandboxed = make_bash_tool(root, env=self.p.config.tool_env, read_only=True)

@@ -9,6 +9,7 @@ Agent mode; Plan and Goal deny every plugin tool whatever its risk)::
     risk = "medium"                           # required: "low" | "medium" | "high"
     enabled = true                            # optional, default true
     env = { GITHUB_TOKEN = "…" }              # optional, added to the server's environment
+    timeout = 120                             # optional: seconds one tool call may run (default 120)
 
 A server's environment is the MCP SDK's safe default (HOME, LOGNAME, PATH, SHELL,
 TERM, USER) plus its ``env`` table — never the host's provider keys. Its stderr
@@ -25,6 +26,12 @@ Design and invariants:
   recorded with its error (``listing()``), and the others still start.
   ``call()`` never raises either, except ``asyncio.CancelledError``, which
   propagates to the awaiting task untouched (an aborted tool call).
+- Every call has a deadline: the server's ``timeout`` (default 120 s). A call
+  still unanswered at its deadline is ``TOOL_TIMEOUT``; one whose turn is asked
+  to stop (``agent.stop``, the ``stopped`` predicate, polled every
+  ``STOP_POLL`` s) is ``TOOL_ABORTED``; an aborted turn cancels it. In all three
+  the request is cancelled in the client, which sends the server MCP's
+  ``notifications/cancelled`` for it (bounded), and the connection stays usable.
 - A server that dies is found when a call fails with the connection closed:
   that call reports the crash (``ok=False``), the dead connection is torn down,
   and the next call to any of its tools restarts it (on demand, never eagerly;
@@ -48,10 +55,10 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, Final, TextIO
+from typing import Any, Final, Literal, TextIO, TypeVar
 
 import anyio
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
@@ -66,6 +73,9 @@ log = logging.getLogger("pidesk.plugins.mcp")
 
 PREFIX: Final = "mcp__"
 DEFAULT_START_TIMEOUT: Final = 30.0  # seconds to spawn, handshake and list tools
+DEFAULT_CALL_TIMEOUT: Final = 120.0  # seconds one tool call may run, unless the server's ``timeout`` says otherwise
+STOP_POLL: Final = 0.1  # seconds between looks at the turn's stop flag while a call runs
+CANCEL_GRACE: Final = 5.0  # seconds a cancelled call gets to send its cancellation and unwind
 STOP_GRACE: Final = 10.0  # the SDK's own shutdown is bounded near 6.5 s; this is the backstop
 MAX_OUTPUT: Final = 100_000  # characters of a tool result passed on to the model
 STDERR_TAIL: Final = 2_000  # characters of a failed server's stderr quoted in its error
@@ -74,7 +84,8 @@ _LIST_PAGE_CAP: Final = 100
 
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")  # no "__", no leading/trailing "_"
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI and Anthropic both accept
-_CONFIG_KEYS: Final = frozenset({"command", "env", "risk", "enabled"})
+_CONFIG_KEYS: Final = frozenset({"command", "env", "risk", "enabled", "timeout"})
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +95,7 @@ class McpServerConfig:
     env: dict[str, str] | None
     risk: PluginRisk
     enabled: bool = True
+    timeout: float = DEFAULT_CALL_TIMEOUT  # seconds one call may run before it is TOOL_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +157,15 @@ def _server_config(name: str, table: Any) -> McpServerConfig:
     enabled = table.get("enabled", True)
     if not isinstance(enabled, bool):
         raise InvalidParams(f"{where}: enabled must be true or false, got {enabled!r}")
+    timeout = table.get("timeout", DEFAULT_CALL_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise InvalidParams(
+            f"{where}: timeout must be a positive number of seconds one tool call may run "
+            f"(default {DEFAULT_CALL_TIMEOUT:g}), got {timeout!r}"
+        )
     return McpServerConfig(
         name=name, command=list(command), env=dict(env) if env is not None else None,
-        risk=PluginRisk(risk), enabled=enabled,
+        risk=PluginRisk(risk), enabled=enabled, timeout=float(timeout),
     )
 
 
@@ -306,8 +324,15 @@ class McpTools:
             entries.append(entry)
         return entries
 
-    async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
-        """Call an offered tool. Failures are results; only cancellation propagates."""
+    async def call(
+        self, name: str, args: dict[str, Any], *, stopped: Callable[[], bool] | None = None,
+    ) -> ToolResult:
+        """Call an offered tool. Failures are results; only cancellation propagates.
+
+        The call ends at the server's deadline (``TOOL_TIMEOUT``) or as soon as
+        ``stopped()`` turns true (``TOOL_ABORTED``); either way the server is sent
+        a cancellation for it.
+        """
         server = self._owner(name)
         if server is None:
             return ToolResult.error(Code.TOOL_NOT_FOUND, f"{name} is not a tool of any running MCP server")
@@ -328,8 +353,17 @@ class McpTools:
         if remote is None:
             return ToolResult.error(Code.TOOL_NOT_FOUND, f"MCP server '{label}' no longer offers {name}")
         mark = conn.stderr_mark()
+        timeout = server.config.timeout
+        outcome = await _bounded(client.call_tool(remote, args), timeout, stopped)
+        if outcome == "timeout":
+            return ToolResult.error(Code.TOOL_TIMEOUT, (
+                f"{name} did not answer within {timeout:g} s (the timeout of [plugins.mcp.{label}]), so it was "
+                "cancelled; what it did meanwhile is unknown. Retry only if that is safe, or ask the user."
+            ))
+        if outcome == "stopped":
+            return ToolResult.error(Code.TOOL_ABORTED, f"{name} was cancelled: the user stopped the turn")
         try:
-            result = await client.call_tool(remote, args)
+            result = outcome.result()
         except MCPError as exc:
             if exc.code != mcp_types.CONNECTION_CLOSED:
                 return ToolResult.failure(f"{name} failed: MCP error {exc.code}: {exc.message}")
@@ -413,6 +447,48 @@ class McpTools:
     def _report(server: _Server, what: str, stderr_tail: str) -> None:
         server.error = what + _quoted(stderr_tail)
         log.warning("MCP server %r %s", server.config.name, server.error)
+
+
+async def _bounded(
+    call: Awaitable[T], timeout: float, stopped: Callable[[], bool] | None,
+) -> asyncio.Task[T] | Literal["timeout", "stopped"]:
+    """Run ``call`` until it finishes (its task, done), ``timeout`` s pass, or ``stopped()`` turns true.
+
+    A call left running is cancelled — the MCP client then sends the server
+    ``notifications/cancelled`` — and waited for (at most ``CANCEL_GRACE`` s),
+    also when the caller itself is cancelled, whose cancellation then propagates.
+    """
+    task = asyncio.ensure_future(call)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    poll = STOP_POLL if stopped is not None else timeout
+    verdict: Literal["timeout", "stopped"] = "timeout"
+    try:
+        for _ in range(math.ceil(timeout / poll) + 1):  # each pass waits up to ``poll`` s: bounded by the deadline
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await asyncio.wait({task}, timeout=min(remaining, poll))
+            if task.done():
+                return task
+            if stopped is not None and stopped():
+                verdict = "stopped"
+                break
+    except BaseException:
+        await _give_up(task)
+        raise
+    if task.done():  # it answered just as the deadline passed
+        return task
+    await _give_up(task)
+    return verdict
+
+
+async def _give_up(task: asyncio.Task[Any]) -> None:
+    """Cancel a call and wait (bounded) for its cancellation to reach the server."""
+    task.cancel()
+    await asyncio.wait({task}, timeout=CANCEL_GRACE)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: how a call given up on failed is of no interest
 
 
 async def _list_all_tools(client: Client) -> list[mcp_types.Tool]:

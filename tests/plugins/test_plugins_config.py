@@ -33,6 +33,15 @@ def test_reads_every_server_table_in_order() -> None:
     ]
 
 
+def test_a_server_may_set_its_call_deadline_which_defaults_to_120_seconds() -> None:
+    """Authority hole 3: a plugin tool call had no deadline; each server now has one (``timeout``, seconds)."""
+    short, default = load_mcp_config(tomllib.loads(
+        '[plugins.mcp.a]\ncommand = ["x"]\nrisk = "low"\ntimeout = 2.5\n'
+        '[plugins.mcp.b]\ncommand = ["x"]\nrisk = "low"\n'
+    ))
+    assert (short.timeout, default.timeout) == (2.5, 120.0)
+
+
 def test_no_plugins_section_means_no_servers() -> None:
     assert load_mcp_config({}) == []
     assert load_mcp_config({"plugins": {}}) == []
@@ -51,6 +60,11 @@ def test_no_plugins_section_means_no_servers() -> None:
         ('command = ["x"]\nrisk = "low"\nenv = { N = 1 }', r"env must be a table of string values"),
         ('command = ["x"]\nrisk = "low"\nenabled = "yes"', r"enabled must be true or false"),
         ('command = ["x"]\nrisk = "low"\nrisks = "high"', r"unknown key\(s\) risks"),
+        ('command = ["x"]\nrisk = "low"\ntimeout = 0', r"timeout must be a positive number of seconds .*got 0"),
+        ('command = ["x"]\nrisk = "low"\ntimeout = -5', r"timeout must be a positive number of seconds .*got -5"),
+        ('command = ["x"]\nrisk = "low"\ntimeout = "2m"', r"timeout must be a positive number of seconds .*got '2m'"),
+        ('command = ["x"]\nrisk = "low"\ntimeout = inf', r"timeout must be a positive number of seconds .*got inf"),
+        ('command = ["x"]\nrisk = "low"\ntimeout = true', r"timeout must be a positive number of seconds .*got True"),
     ],
 )
 def test_a_bad_table_is_a_clear_error_naming_the_server(table: str, message: str) -> None:
