@@ -41,9 +41,10 @@ _MOVES: Final[tuple[tuple[StrEnum, StrEnum], ...]] = (
     # approval row: pending is settled exactly once
     (_P.PENDING, _P.APPROVED), (_P.PENDING, _P.REJECTED),
     (_P.PENDING, _P.EXPIRED), (_P.PENDING, _P.INTERRUPTED),
-    # execution: assigned queued by approval, started by the dispatcher
+    # execution: assigned queued by approval, started by the dispatcher; an abort of the
+    # approving turn before the dispatch drops it (nothing runs that the user stopped)
     (_E.NONE, _E.QUEUED),
-    (_E.QUEUED, _E.RUNNING), (_E.QUEUED, _E.INTERRUPTED),
+    (_E.QUEUED, _E.RUNNING), (_E.QUEUED, _E.INTERRUPTED), (_E.QUEUED, _E.ABORTED),
     (_E.RUNNING, _E.COMPLETED), (_E.RUNNING, _E.FAILED),
     (_E.RUNNING, _E.ABORTED), (_E.RUNNING, _E.INTERRUPTED),
     # permission request

@@ -8,15 +8,20 @@ missing artifact fails the execution with ``PLAN_ARTIFACT_HASH_MISMATCH`` and no
 model call is made. A Goal execution ends completed when ReportCriteria reports
 every criterion met, failed with ``GOAL_BLOCKED`` as soon as one is blocked, and
 failed with ``GOAL_UNREPORTED`` if it tries to end unreported after one nudge.
+
+An execution never stays ``queued`` without a turn that will dispatch it: one that
+cannot start is interrupted here, and one whose approving turn is aborted before
+the dispatch is aborted with it (``Turns.abort``).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
-from pidesk.core.errors import Code
-from pidesk.core.modes import PlanKind, TurnOrigin
+from pidesk.core.errors import Code, PideskError
+from pidesk.core.modes import ExecutionState, PlanKind, TurnOrigin
 from pidesk.core.records import PlanApproval, TextBlock, ToolCallBlock
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
@@ -27,6 +32,7 @@ from pidesk.store.artifacts import read_artifact, sha256_of
 from pidesk.tools.base import ToolResult
 
 OUTCOMES = ("met", "unmet", "blocked")
+log = logging.getLogger("pidesk.executions")
 
 
 class Executions:
@@ -44,11 +50,20 @@ class Executions:
             return False
         approval = queued[0]
         text, failure = self._instruction(approval)
-        await self.turns.start(
-            session_id, [TextBlock(text=text)], origin=TurnOrigin.EXECUTION, approval_id=approval.id,
-            criteria=approval.criteria if approval.kind is PlanKind.GOAL else None,
-            fail_before_model=failure,
-        )
+        try:
+            await self.turns.start(
+                session_id, [TextBlock(text=text)], origin=TurnOrigin.EXECUTION, approval_id=approval.id,
+                criteria=approval.criteria if approval.kind is PlanKind.GOAL else None,
+                fail_before_model=failure,
+            )
+        except PideskError:
+            # Not started (the store refused the turn's row): left queued, it would keep the session
+            # busy with nothing to dispatch it until a restart. It is interrupted, as a restart would.
+            log.exception("execution %s could not start; it is interrupted", approval.execution_id)
+            with self.p.store.db.tx() as db:
+                repo.set_execution_state(db, approval.id, ExecutionState.QUEUED, ExecutionState.INTERRUPTED)
+            self.turns.publish_execution(approval.id)
+            self.p.publish_session(session_id)
         return True
 
     def _instruction(self, approval: PlanApproval) -> tuple[str, str | None]:

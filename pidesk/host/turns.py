@@ -18,6 +18,9 @@ Invariants (seed 003 §1–§3):
   turn as an ``INTERNAL`` error instead of leaving its session running.
 - Nothing runs after an abort is acknowledged: ``abort`` cancels the task and
   waits for it (Bash process groups are killed by the tool on cancellation).
+  An execution the aborted turn's contract was approved for, and that has not
+  started yet, is aborted with it: it would otherwise stay queued behind a turn
+  end that never dispatches, and keep the session busy for good.
 - After every turn end but an abort, ``after_turn`` runs: a queued execution
   starts first, else one queue entry is released.
 """
@@ -116,7 +119,7 @@ class Turns:
         self.p.bus.publish(TurnStarted(session_id=session_id, turn_id=turn_id, origin=origin.value))
         self.p.publish_session(session_id)
         if approval_id is not None:
-            self._publish_execution(approval_id)
+            self.publish_execution(approval_id)
         # The prompt's write runs as a task of its own: nobody's cancellation can interrupt it.
         write: asyncio.Future[Message] = asyncio.ensure_future(
             self.p.in_thread(self.p.store.append_message, session_id, turn_id, "user", content))
@@ -214,7 +217,7 @@ class Turns:
         if notification is not None:
             self.p.bus.publish(NotificationCreated(notification=notification))
         if live.approval_id is not None and execution is not None:
-            self._publish_execution(live.approval_id)
+            self.publish_execution(live.approval_id)
         self.p.publish_session(live.session_id)
         if self.after_turn is not None:
             await self.after_turn(live.session_id)
@@ -229,6 +232,8 @@ class Turns:
         with self.p.store.db.tx() as db:
             repo.end_turn_row(db, live.turn_id, TurnReason.ABORTED, None)
             requests, approvals = repo.interrupt_turn_waits(db, live.turn_id)
+            # approved in this turn but not yet dispatched: dropped, or it would wait forever
+            dropped = repo.abort_queued_executions(db, turn_id=live.turn_id)
             if live.approval_id is not None:
                 repo.set_execution_state(db, live.approval_id, ExecutionState.RUNNING, ExecutionState.ABORTED)
             repo.audit(db, "turn.aborted", session_id, live.turn_id, smart=smart, restored=restore)
@@ -256,8 +261,8 @@ class Turns:
                 if approval is not None:
                     self.p.bus.publish(PlanResolved(approval=approval))
         self.p.bus.publish(TurnEnded(session_id=session_id, turn_id=live.turn_id, reason=TurnReason.ABORTED.value))
-        if live.approval_id is not None:
-            self._publish_execution(live.approval_id)
+        for approval_id in [*dropped, *([live.approval_id] if live.approval_id else [])]:
+            self.publish_execution(approval_id)
         self.p.publish_session(session_id)
         return AbortResult(aborted=True, restored_draft=live.draft if restore else None)
 
@@ -270,7 +275,7 @@ class Turns:
         if live.approval_waiter is not None and not live.approval_waiter[1].done():
             live.approval_waiter[1].cancel()
 
-    def _publish_execution(self, approval_id: str) -> None:
+    def publish_execution(self, approval_id: str) -> None:
         with self.p.store.db.read() as db:
             approval = repo.get_approval(db, approval_id)
         if approval is not None and approval.execution_id is not None:

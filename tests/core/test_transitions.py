@@ -65,6 +65,7 @@ LEGAL: dict[type[StrEnum], set[tuple[StrEnum, StrEnum]]] = {
         (Es.NONE, Es.QUEUED),
         (Es.QUEUED, Es.RUNNING),
         (Es.QUEUED, Es.INTERRUPTED),
+        (Es.QUEUED, Es.ABORTED),
         (Es.RUNNING, Es.COMPLETED),
         (Es.RUNNING, Es.FAILED),
         (Es.RUNNING, Es.ABORTED),
@@ -369,6 +370,20 @@ class PlanLifecycle(RuleBasedStateMachine):
         if self.turn is TurnState.RUNNING:
             self.end_turn()
         assert self.mode is before
+
+    @precondition(
+        lambda self: self.status is SessionStatus.IDLE
+        and (live := self.live_execution()) is not None
+        and live.execution_state is ExecutionState.QUEUED
+    )
+    @rule()
+    def abort_before_dispatch(self) -> None:
+        """An abort landing between the approval and the dispatch (authority hole 1): the queued
+        execution is dropped, the session stays in Agent and is free again."""
+        execution = self.live_execution()
+        assert execution is not None
+        execution.execution_state = advance(execution.execution_state, ExecutionState.ABORTED)
+        assert self.mode is Mode.AGENT and not self.busy()
 
     @precondition(
         lambda self: self.status is SessionStatus.IDLE

@@ -21,7 +21,8 @@ Rules: send (agent.prompt or agent.queue.push of a drawn script: up to two of
 Write / Bash / EnterPlanMode / EnterGoalMode, then plain text, a gate, a gated
 Write, or SubmitPlan / SubmitGoal of the session's kind or the other one, whose
 execution script — done, Write, Bash, ReportCriteria, gate — is drawn too);
-queue_edit (remove, clear, prioritize, sendNow); abort (smart or not, then again:
+queue_edit (remove, clear, prioritize, sendNow); decide_racing (plans.resolve
+with an abort, stop, sendNow or queue push 0-3 loop passes behind it); abort (smart or not, then again:
 idempotent); abort_racing_prompt (prompt and abort arriving together);
 stop_or_steer (stop, steer the running turn, steer an ended one); configure
 (setMode / setPermissionMode); focus; resolve_permission (allow/deny, maybe
@@ -584,6 +585,62 @@ class HostMachine(RuleBasedStateMachine):
         assert row["status"] == "rejected" and row["executionId"] is None and row["feedback"] == feedback
         assert (await self._state(pending["sessionId"]))["session"]["mode"] == pending["kind"]
 
+    @rule(s=st.integers(1, 2), approve=st.booleans(), permission=st.sampled_from(PERMISSION_MODES),
+          racer=st.sampled_from(("abort", "stop", "sendNow", "push")), passes=st.integers(0, 3),
+          script=script_st, execution=st.sampled_from(EXECUTIONS))
+    def decide_racing(self, s: int, approve: bool, permission: str, racer: str, passes: int,
+                      script: tuple[list[str], str, str], execution: str) -> None:
+        """plans.resolve and an abort, stop, sendNow or queue push arriving together, the second
+        0-3 loop passes after the first (authority hole 1: approve + abort wedged the session).
+        The session's pending approval is raced; a session at rest in a contract mode submits one first."""
+        self.step(self._decide_racing(self.sids[s], approve, permission, racer, passes, script, execution))
+
+    async def _decide_racing(self, sid: str, approve: bool, permission: str, racer: str, passes: int,
+                             script: tuple[list[str], str, str], execution: str) -> None:
+        pending = (await self._state(sid))["pendingApproval"]
+        if pending is None:
+            mode = self.expected_mode[sid]
+            if mode not in CONTRACT or await self._busy(sid):
+                return
+            key = self.new_key()
+            self.provider.register(key, [self._submit(key, mode, execution)])
+            await self.call("agent.prompt", {"sessionId": sid, "text": f"[[{key}]] submit"})
+            await self._settle()
+            pending = (await self._state(sid))["pendingApproval"]
+            assert pending is not None, "the submission did not wait for a decision"
+        params: dict[str, Any] = {"approvalId": pending["id"], "sessionId": sid, "turnId": pending["turnId"],
+                                  "decision": "approve" if approve else "reject"}
+        if approve:
+            params["permissionMode"] = permission
+        if racer == "sendNow" and not (await self._state(sid))["queue"]:
+            await self._queue_push(sid, script)  # something to send now
+        deciding = asyncio.ensure_future(self.call("plans.resolve", params))
+        for _ in range(passes):
+            await asyncio.sleep(0)  # loop passes, not time: where in the approval's wake-up the racer lands
+        if racer == "abort":
+            await self.call("agent.abort", {"sessionId": sid})
+        elif racer == "stop":
+            self.stopping.add(pending["turnId"])
+            await self.call("agent.stop", {"sessionId": sid})
+        elif racer == "sendNow":
+            entry = (await self._state(sid))["queue"][0]["id"]
+            current = (await self._state(sid))["session"]["currentTurnId"]
+            if current is not None:
+                self.stopping.add(current)
+            await self.call("agent.queue.sendNow", {"sessionId": sid, "entryId": entry})
+        else:
+            await self._queue_push(sid, script)
+        try:
+            row = await deciding
+        except PideskError as exc:  # the abort settled the approval before the decision arrived
+            assert racer == "abort" and exc.code in ("PLAN_ALREADY_RESOLVED", "PLAN_APPROVAL_STALE"), exc
+            row = next(a for a in (await self.call("plans.list", {"sessionId": sid}))["approvals"]
+                       if a["id"] == pending["id"])
+            assert row["status"] == "interrupted", row
+        if row["status"] == "approved":
+            self.expected_mode[sid] = "agent"
+            self.expected_permission[sid] = permission
+
     @precondition(lambda self: bool(self._stale_requests()) or bool(self.seen_approvals))
     @rule(pick=pick_st, approve=st.booleans())
     def stale_answer(self, pick: int, approve: bool) -> None:
@@ -748,6 +805,8 @@ class HostMachine(RuleBasedStateMachine):
             else:
                 assert session["status"] == "idle" and session["currentTurnId"] is None, session
                 assert live is None
+                # authority hole 1: idle at rest means able to take a prompt and a configuration change
+                assert not self.host.parts.is_busy(sid), f"an idle session answers AGENT_BUSY: {session}"
             for t in turns:
                 assert (t["state"] == "ended") == (t["reason"] is not None), t
 

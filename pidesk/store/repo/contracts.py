@@ -114,6 +114,20 @@ def set_execution_state(
     return cur.rowcount == 1
 
 
+def abort_queued_executions(db: sqlite3.Connection, *, turn_id: str | None = None,
+                            session_id: str | None = None) -> list[str]:
+    """Executions still queued, approved in ``turn_id`` (or in ``session_id``), become aborted;
+    returns their approval ids. A queued execution whose submitting turn was aborted would
+    otherwise wait for a dispatch that never comes, and keep its session busy forever."""
+    column, value = ("turn_id", turn_id) if turn_id is not None else ("session_id", session_id)
+    ids = [r[0] for r in db.execute(
+        f"SELECT id FROM plan_approvals WHERE {column} = ? AND execution_state = 'queued'", (value,)
+    )]
+    for approval_id in ids:
+        set_execution_state(db, approval_id, ExecutionState.QUEUED, ExecutionState.ABORTED)
+    return ids
+
+
 def queued_executions(db: sqlite3.Connection, session_id: str | None = None) -> list[PlanApproval]:
     where = "execution_state = 'queued'" + (" AND session_id = ?" if session_id else "")
     rows = db.execute(
