@@ -20,6 +20,11 @@ paths) live in ``core.paths`` and run before any Ask, in every mode.
     SubmitPlan SubmitGoal         PLAN_NOT_ACTIVE                own kind allow; other PLAN_KIND_MISMATCH
     ReportCriteria                allow                          TOOL_DISABLED_IN_PLAN
     unknown name                  TOOL_NOT_FOUND                 TOOL_NOT_FOUND
+
+An unattended turn (``pidesk run``, a schedule) has nobody to approve a contract:
+there EnterPlanMode, EnterGoalMode, SubmitPlan and SubmitGoal are
+``PLAN_REQUIRES_INTERACTIVE_SESSION`` (after the unknown-name and delegate checks),
+so the mode never changes and nothing waits for a person.
 """
 
 from __future__ import annotations
@@ -76,7 +81,8 @@ DELEGATE_FORBIDDEN: Final[frozenset[str]] = frozenset(
     {"EnterPlanMode", "EnterGoalMode", "SubmitPlan", "SubmitGoal", "ReportCriteria", "Task", "TaskWait"}
 )
 
-# Tools that must be the only call in their assistant batch (seed 003 §3 rule 12).
+# Tools that must be the only call in their assistant batch (seed 003 §3 rule 12); they are
+# also the contract tools an unattended turn may not use (nobody would approve the contract).
 EXCLUSIVE_TOOLS: Final[frozenset[str]] = frozenset(
     {"EnterPlanMode", "EnterGoalMode", "SubmitPlan", "SubmitGoal"}
 )
@@ -120,19 +126,23 @@ def decide(
     granted: bool = False,
     temporary: bool = False,
     delegate: bool = False,
+    unattended: bool = False,
 ) -> Decision:
     """Decide one tool call from the session's durable mode and permission state.
 
     ``granted`` is whether the session holds an "always allow" grant for this
     tool; ``temporary`` whether the session has no project (scratch root);
     ``delegate`` whether a Task's child agent makes the call — it works under its
-    parent's mode and may never change the mode, submit a contract or start tasks.
+    parent's mode and may never change the mode, submit a contract or start tasks;
+    ``unattended`` whether nobody can answer the turn (no contract can be approved).
     """
     kind = classify(tool, plugin_risk)
     if kind is ToolKind.UNKNOWN:
         return _DENY[Code.TOOL_NOT_FOUND]
     if delegate and tool in DELEGATE_FORBIDDEN:
         return _DENY[Code.TOOL_DISABLED_IN_PLAN if mode.is_contract else Code.TOOL_NOT_FOUND]
+    if unattended and tool in EXCLUSIVE_TOOLS:
+        return _DENY[Code.PLAN_REQUIRES_INTERACTIVE_SESSION]
     if mode.is_contract:
         return _decide_contract(mode, permission_mode, kind)
     return _decide_agent(permission_mode, kind, plugin_risk, granted, temporary)
@@ -201,7 +211,8 @@ IMPLEMENTED_TOOLS: Final[tuple[str, ...]] = (
 
 
 def visible_tools(
-    mode: Mode, *, temporary: bool = False, goal_execution: bool = False, delegate: bool = False
+    mode: Mode, *, temporary: bool = False, goal_execution: bool = False, delegate: bool = False,
+    unattended: bool = False,
 ) -> list[str]:
     """The tools shown to the model: those the policy does not hard-deny in this mode.
 
@@ -211,7 +222,8 @@ def visible_tools(
     for name in IMPLEMENTED_TOOLS:
         if name == "ReportCriteria" and not goal_execution:
             continue
-        verdict = decide(mode, PermissionMode.AUTO, name, temporary=temporary, delegate=delegate)
+        verdict = decide(mode, PermissionMode.AUTO, name, temporary=temporary, delegate=delegate,
+                         unattended=unattended)
         if not isinstance(verdict, Deny):
             shown.append(name)
     return shown

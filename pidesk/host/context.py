@@ -65,7 +65,8 @@ class HostTurnContext:
     def tool_specs(self) -> list[dict[str, Any]]:
         session = self._current()
         names = policy.visible_tools(
-            session.mode, temporary=session.project_path is None, goal_execution=self.live.goal is not None
+            session.mode, temporary=session.project_path is None, goal_execution=self.live.goal is not None,
+            unattended=self.live.unattended,
         )
         specs = [TOOL_SPECS[name] for name in names]
         if self.p.plugin_tools is not None and not session.mode.is_contract:  # plugin tools are Agent-only

@@ -41,6 +41,7 @@ class Permissions:
             session.mode, session.permission_mode, call.name,
             plugin_risk=plugins.risk_of(call.name) if plugins is not None else None,
             granted=granted, temporary=session.project_path is None, delegate=delegate,
+            unattended=live.unattended,
         )
         if not isinstance(decision, policy.Deny):
             path_verdict = check_paths(call.name, call.args, Path(session.root))

@@ -5,6 +5,9 @@ user's real project: asked for anything in Agent mode it enters Plan mode; in
 Plan (or Goal) mode it looks around (Glob, then Read of a README or manifest)
 and submits a real plan (or goal with criteria); once approved it carries it out
 by writing a small ``NOTES.md``, and in a Goal execution reports every criterion.
+Where nobody can approve a plan (an unattended run: the contract tools are
+hidden or answer ``PLAN_REQUIRES_INTERACTIVE_SESSION``) it does that work
+directly in Agent mode instead.
 It never needs a network or a key, and every step goes through the host like a
 real model's would.
 """
@@ -44,7 +47,8 @@ def _next_step(request: ModelRequest) -> tuple[str, list[tuple[str, dict[str, An
     last = turn[-1] if turn else None
     if last is not None and last.role == "tool":
         result = next(b for b in last.content if isinstance(b, ToolResultBlock))
-        if not result.ok and result.error_code not in (None, "FILE_NOT_FOUND"):
+        refused = not result.ok and result.error_code not in (None, "FILE_NOT_FOUND")
+        if refused and result.error_code != "PLAN_REQUIRES_INTERACTIVE_SESSION":  # that one: work directly
             return f"The host refused {result.name} ({result.error_code}). I'll stop here.", []
     if "ReportCriteria" in tools:  # a Goal execution
         if not _called(turn, "Write"):
@@ -57,8 +61,10 @@ def _next_step(request: ModelRequest) -> tuple[str, list[tuple[str, dict[str, An
         return f"Done: {NOTES} is written, as the plan said.", []
     kind = "goal" if "SubmitGoal" in tools else "plan" if "SubmitPlan" in tools else None
     if kind is None:
-        if "EnterPlanMode" in tools:
+        if "EnterPlanMode" in tools and not _refused(turn, "PLAN_REQUIRES_INTERACTIVE_SESSION"):
             return "This changes files, so I'll plan it first.", [("EnterPlanMode", {"reason": "propose before writing"})]
+        if "Write" in tools:  # an unattended run (nobody to approve a plan), or a scratch session
+            return _work_directly(turn, request.messages)
         return "I can only help with a project session.", []
     if not _called(turn, "Glob"):
         return "Let me look at the project.", [("Glob", {"pattern": "**/*"})]
@@ -84,6 +90,20 @@ def _submit(kind: str, listing: str) -> tuple[str, list[tuple[str, dict[str, Any
                 "## Boundaries\n\n- Only NOTES.md is created; nothing else changes.\n")
     return "Here is the goal.", [("SubmitGoal", {"title": f"A {NOTES} for this project", "markdown": markdown,
                                                  "question": "Approve this goal?", "criteria": CRITERIA})]
+
+
+def _work_directly(turn: list[Message], messages: list[Message]) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """Agent-mode work without a contract: look around, write the notes, say so."""
+    if not _called(turn, "Glob"):
+        return "Nobody can approve a plan here, so I'll do the work directly. Looking at the project.", [
+            ("Glob", {"pattern": "**/*"})]
+    if not _called(turn, "Write"):
+        return f"Writing {NOTES}.", [("Write", _notes_args(messages))]
+    return f"Done: {NOTES} is written.", []
+
+
+def _refused(turn: list[Message], code: str) -> bool:
+    return any(isinstance(b, ToolResultBlock) and b.error_code == code for m in turn for b in m.content)
 
 
 def _notes_args(messages: list[Message]) -> dict[str, Any]:

@@ -85,6 +85,13 @@ class TurnContext(Protocol):
 
 # A denial that means this turn cannot go on (an unattended run met an Ask).
 _TURN_ENDING_DENIALS = frozenset({Code.PERMISSION_REQUIRED})
+# What the model is told beyond the code, where the code alone does not say what to do instead.
+_DENIAL_HINTS = {
+    Code.PLAN_REQUIRES_INTERACTIVE_SESSION: (
+        "this run is unattended and nobody can approve a plan or goal; the session stays in Agent "
+        "mode: carry out the request directly, or say what you would need"
+    ),
+}
 _SUBMIT_TOOLS = frozenset({"SubmitPlan", "SubmitGoal"})
 MAX_MODEL_CALLS = 200  # a bound on every turn's loop
 
@@ -188,7 +195,9 @@ class _Turn:
                 started = time.monotonic()
                 decision = await self.slot.wait_for(ctx.authorize(call))
                 if isinstance(decision, Deny):
-                    outcome = ToolOutcome(ToolResult.error(decision.code, f"{call.name} was not run: {decision.code}"))
+                    why = f"{decision.code}: {_DENIAL_HINTS[decision.code]}" if decision.code in _DENIAL_HINTS \
+                        else decision.code
+                    outcome = ToolOutcome(ToolResult.error(decision.code, f"{call.name} was not run: {why}"))
                     if decision.code in _TURN_ENDING_DENIALS:
                         outcome = ToolOutcome(outcome.result, Failed(decision.code))
                 else:

@@ -49,3 +49,17 @@ def test_a_bad_model_script_is_a_clear_error(project, data_dir, tmp_path):
     bad.write_text("{not json")
     done = pidesk("run", str(project), "x", "--model", f"scripted/{bad}", data_dir=data_dir)
     assert done.returncode == 2 and "MODEL_NOT_CONFIGURED" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_unattended_demo_run_does_the_work_instead_of_waiting_for_an_approval(project, data_dir):
+    """Authority hole 2: `pidesk run PROJECT "…" --permission auto` with the default demo model ended
+    up awaiting a plan approval nobody could give. Unattended, the demo model is refused the
+    contract tools and does its Agent-mode work: NOTES.md is written and the run exits 0."""
+    done = pidesk("run", str(project), "document the project", "--permission", "auto", "--json",
+                  data_dir=data_dir)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert events[-1]["type"] == "turn.ended" and events[-1]["reason"] == "completed"
+    assert not [e for e in events if e["type"] == "plan.requested"]
+    assert (project / "NOTES.md").read_text().startswith("# Notes")
+    assert not (project / ".pi").exists()

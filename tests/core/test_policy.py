@@ -37,6 +37,7 @@ from pidesk.core.policy import (
     PluginRisk,
     batch_is_exclusive_violation,
     decide,
+    visible_tools,
 )
 
 AGENT, PLAN, GOAL = Mode.AGENT, Mode.PLAN, Mode.GOAL
@@ -338,3 +339,24 @@ def test_property_unregistered_names_are_never_usable(
     mode: Mode, pm: PermissionMode, name: str, granted: bool, temporary: bool
 ) -> None:
     assert decide(mode, pm, name, granted=granted, temporary=temporary) == Deny(Code.TOOL_NOT_FOUND)
+
+
+@given(
+    mode=st.sampled_from(list(Mode)),
+    pm=st.sampled_from(PermissionMode),
+    tool=st.sampled_from(sorted(BUILTIN_TOOLS)),
+    granted=st.booleans(),
+    temporary=st.booleans(),
+)
+def test_property_unattended_turns_never_get_a_contract_tool_and_change_nothing_else(
+    mode: Mode, pm: PermissionMode, tool: str, granted: bool, temporary: bool
+) -> None:
+    """Authority hole 2: in an unattended turn, EnterPlanMode, EnterGoalMode, SubmitPlan and SubmitGoal
+    are PLAN_REQUIRES_INTERACTIVE_SESSION in every mode; every other decision is the attended one,
+    and no tool is offered that the policy would refuse."""
+    unattended = decide(mode, pm, tool, granted=granted, temporary=temporary, unattended=True)
+    if tool in EXCLUSIVE:
+        assert unattended == Deny(Code.PLAN_REQUIRES_INTERACTIVE_SESSION)
+    else:
+        assert unattended == decide(mode, pm, tool, granted=granted, temporary=temporary)
+    assert set(visible_tools(mode, temporary=temporary, unattended=True)).isdisjoint(EXCLUSIVE)

@@ -105,3 +105,40 @@ async def test_an_execution_that_cannot_start_is_interrupted_not_left_queued(
     assert row["executionState"] == "interrupted"
     monkeypatch.setattr(host.turns, "start", start)
     await _takes_a_prompt(host, provider, sid, sub)
+
+
+CONTRACT_TOOLS = ("EnterPlanMode", "EnterGoalMode", "SubmitPlan", "SubmitGoal")
+
+
+@pytest.mark.asyncio
+async def test_a_scheduled_run_whose_model_wants_to_plan_ends_by_itself_in_agent_mode(
+        make_host: Any, project: Path) -> None:
+    """Authority hole 2: an Agent-mode schedule whose model called EnterPlanMode left a new session
+    awaiting an approval nobody could give, every minute. Unattended, every contract tool answers
+    PLAN_REQUIRES_INTERACTIVE_SESSION, the mode stays Agent, and the run ends on its own."""
+    submit = submit_plan()["toolCalls"][0]
+    provider = ScriptedProvider([
+        {"toolCalls": [{"name": "EnterPlanMode", "args": {}}]},
+        {"toolCalls": [{"name": "EnterGoalMode", "args": {}}]},
+        {"toolCalls": [submit]},
+        {"toolCalls": [{"name": "SubmitGoal", "args": {**submit["args"], "criteria": ["c1"]}}]},
+        {"text": "done without a plan"},
+    ])
+    host = make_host(provider=provider)
+    created = await host.call("schedules.create", {"name": "every minute", "cron": "* * * * *",
+                                                   "projectPath": str(project), "prompt": "tidy up"})
+    sub = host.subscribe()
+    run = await host.call("schedules.runNow", {"scheduleId": created["id"]})
+    end = await ended(sub, run["turnId"])
+    assert (end.reason, end.error_code) == ("completed", None)
+    sid = run["sessionId"]
+    got = await state(host, sid)
+    assert got["session"]["mode"] == "agent" and got["pendingApproval"] is None
+    results = [b for m in got["messages"] for b in m["content"] if b["type"] == "toolResult"]
+    assert [(r["name"], r["errorCode"]) for r in results] == [
+        (name, "PLAN_REQUIRES_INTERACTIVE_SESSION") for name in CONTRACT_TOOLS]
+    assert "nobody can approve" in results[0]["output"]
+    assert (await host.call("plans.list", {"sessionId": sid}))["approvals"] == []
+    assert not (project / ".pi").exists(), "an unattended run wrote a contract artifact"
+    offered = {spec["name"] for spec in provider.requests[0].tools}
+    assert offered.isdisjoint(CONTRACT_TOOLS), "an unattended turn was offered the contract tools"
