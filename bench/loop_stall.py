@@ -1,0 +1,261 @@
+"""Does any hostile call stall the host's event loop? (issue 15, authority hole 6)
+
+Each case runs against its own ``pidesk serve`` subprocess (a scripted model, a
+project holding the case's files, permission mode auto) while a probe process of
+its own GETs ``/healthz`` on one kept-alive connection every 10 ms. The figure
+is the worst probe latency while the case runs: a probe is only slow when the
+host's loop did not get to it, so it is the longest stall the case caused.
+Target: ≤ 50 ms for every case. Also printed: how long the case took, what it
+answered, and the host's peak RSS (VmHWM) — the cases that used to exhaust memory.
+
+The cases (full size; ``--quick`` shrinks the large ones):
+
+- ``grep-redos``: Grep ``(a*)*b`` over a 27-byte file (exponential in Python ``re``);
+- ``glob-redos``: Glob ``*a*a*a*a*a*a*a*a*b`` over one 40-character name;
+- ``markdown-brackets``: ``markdown.render`` of ``"[" * 1_000_000``;
+- ``markdown-batch``: one POST batch of 1,000 ``markdown.render`` calls;
+- ``plans-get``: ``plans.get`` (×3) of a pending plan of ``"[]("`` repeated to 990 KB;
+- ``read-1g``: Read of a 1 GiB file with no newline;
+- ``bash-100m``: a Bash command printing 100 MB;
+- ``args-10m``: a Write whose arguments are 10 MB.
+
+``run_cases(quick=True)`` is also what the CI-size test (tests/server/test_loop_stall.py) runs.
+
+    .venv/bin/python bench/loop_stall.py [--quick] [--only grep-redos,read-1g] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+import rpc_load  # noqa: E402
+from harness import Figure  # noqa: E402
+
+TARGET_MS = 50.0
+PROBE_EVERY = 0.010
+CASE_TIMEOUT = 300.0
+
+# The probe: its own process (so nothing of the bench's own work delays it), one kept-alive
+# connection, one line "start latency" per probe (monotonic seconds, comparable across processes).
+PROBE = r"""
+import http.client, sys, time
+port, every, out = int(sys.argv[1]), float(sys.argv[2]), open(sys.argv[3], "w")
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+print("ready", flush=True)
+while True:
+    start = time.monotonic()
+    try:
+        conn.request("GET", "/healthz", headers={"Host": f"127.0.0.1:{port}"})
+        conn.getresponse().read()
+    except OSError:
+        conn.close()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    out.write(f"{start} {time.monotonic() - start}\n")
+    out.flush()
+    if sys.stdin in __import__("select").select([sys.stdin], [], [], max(0.0, every - (time.monotonic() - start)))[0]:
+        break
+"""
+
+
+@dataclass
+class Case:
+    name: str
+    what: str
+    files: Callable[[Path, bool], None]  # lays out the project
+    script: Callable[[bool], list[dict[str, Any]]]  # the model's responses
+    drive: Callable[[rpc_load.Ws, str, bool], Awaitable[str]]  # runs the case; says what it answered
+    mode: str = "agent"
+
+
+@dataclass
+class Row:
+    case: str
+    worst_ms: float
+    probes: int
+    seconds: float
+    answer: str
+    peak_rss_mib: float
+
+
+# ---- the cases -----------------------------------------------------------------------------
+
+
+def _nothing(_project: Path, _quick: bool) -> None:
+    pass
+
+
+def _redos_file(project: Path, _quick: bool) -> None:
+    (project / "redos.txt").write_text("a" * 27)
+
+
+def _long_name(project: Path, _quick: bool) -> None:
+    (project / ("a" * 40)).write_text("x\n")
+
+
+def _big_line(project: Path, quick: bool) -> None:
+    chunk = b"a" * (1 << 20)
+    with (project / "one-line.txt").open("wb") as file:
+        for _ in range(64 if quick else 1024):
+            file.write(chunk)
+
+
+def _tool(name: str, **args: Any) -> list[dict[str, Any]]:
+    return [{"toolCalls": [{"name": name, "args": args}]}, {"text": "done"}]
+
+
+async def _turn(ws: rpc_load.Ws, sid: str, _quick: bool) -> str:
+    """Prompt the scripted model and wait for the turn's end; the answer is its tool result."""
+    ended = asyncio.get_running_loop().create_future()
+
+    def listen(_at: float, event: dict[str, Any]) -> None:
+        if event.get("type") == "turn.ended" and event.get("sessionId") == sid and not ended.done():
+            ended.set_result(event)
+
+    ws.listeners.append(listen)
+    try:
+        await ws.call("agent.prompt", {"sessionId": sid, "text": "go"})
+        async with asyncio.timeout(CASE_TIMEOUT):
+            end = await ended
+    finally:
+        ws.listeners.remove(listen)
+    state = await ws.call("session.get", {"sessionId": sid, "limit": 10})
+    results = [b for m in state["messages"] for b in m["content"] if b["type"] == "toolResult"]
+    result = f"{results[-1]['name']} {'ok' if results[-1]['ok'] else results[-1].get('errorCode')}" if results else "-"
+    return f"{result}; turn {end['reason']}"
+
+
+async def _render_brackets(ws: rpc_load.Ws, _sid: str, quick: bool) -> str:
+    html = (await ws.call("markdown.render", {"text": "[" * (200_000 if quick else 1_000_000)}))["html"]
+    return f"{len(html):,} chars of html"
+
+
+async def _render_batch(ws: rpc_load.Ws, _sid: str, quick: bool) -> str:
+    count = 100 if quick else 1000
+    answers = await asyncio.gather(*(ws.call("markdown.render", {"text": "[](" * 2000 + f" {i}"})
+                                     for i in range(count)))
+    return f"{len(answers)} renders"
+
+
+async def _plans_get(ws: rpc_load.Ws, sid: str, _quick: bool) -> str:
+    requested = asyncio.get_running_loop().create_future()
+
+    def listen(_at: float, event: dict[str, Any]) -> None:
+        if event.get("type") == "plan.requested" and not requested.done():
+            requested.set_result(event["approval"])
+
+    ws.listeners.append(listen)
+    try:
+        await ws.call("agent.prompt", {"sessionId": sid, "text": "plan"})
+        async with asyncio.timeout(CASE_TIMEOUT):
+            approval = await requested
+    finally:
+        ws.listeners.remove(listen)
+    sizes = [len((await ws.call("plans.get", {"approvalId": approval["id"]}))["markdown"]) for _ in range(3)]
+    return f"plans.get ×3: {sizes[0]:,} chars each"
+
+
+CASES = [
+    Case("grep-redos", "Grep (a*)*b over 27 bytes", _redos_file,
+         lambda _q: _tool("Grep", pattern="(a*)*b", path="redos.txt"), _turn),
+    Case("glob-redos", "Glob *a*a*a*a*a*a*a*a*b over a 40-char name", _long_name,
+         lambda _q: _tool("Glob", pattern="*a*a*a*a*a*a*a*a*b"), _turn),
+    Case("markdown-brackets", 'markdown.render of "[" * 1,000,000', _nothing, lambda _q: [], _render_brackets),
+    Case("markdown-batch", "a batch of 1,000 markdown.render calls", _nothing, lambda _q: [], _render_batch),
+    Case("plans-get", 'plans.get of a 990 KB plan of "[](" repeated', _nothing,
+         lambda _q: [{"toolCalls": [{"name": "SubmitPlan", "args": {
+             "title": "brackets", "markdown": "[](" * 330_000, "question": "ok?"}}]}],
+         _plans_get, mode="plan"),
+    Case("read-1g", "Read of a 1 GiB file with no newline", _big_line,
+         lambda _q: _tool("Read", path="one-line.txt"), _turn),
+    Case("bash-100m", "Bash printing 100 MB", _nothing,
+         lambda q: _tool("Bash", command=f"head -c {10_000_000 if q else 100_000_000} /dev/zero | tr '\\0' a"),
+         _turn),
+    Case("args-10m", "a Write with 10 MB of arguments", _nothing,
+         lambda q: _tool("Write", path="big.txt", content="a" * (1_000_000 if q else 10_000_000)), _turn),
+]
+
+
+# ---- running one case ----------------------------------------------------------------------
+
+
+def run_case(case: Case, scratch: Path, quick: bool) -> Row:
+    project = scratch / "project"
+    project.mkdir()
+    case.files(project, quick)
+    script = scratch / "script.json"
+    script.write_text(json.dumps({"responses": case.script(quick)}))
+    with rpc_load.served(scratch, scratch / "data", f"scripted/{script}") as server:
+        samples = scratch / "probes.txt"
+        probe = subprocess.Popen([sys.executable, "-c", PROBE, str(server.port), str(PROBE_EVERY), str(samples)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            if rpc_load.read_line(probe, 30) != b"ready\n":
+                raise RuntimeError("the /healthz probe did not start")
+            begin = time.monotonic()
+            answer = asyncio.run(_drive(case, server, project, quick))
+            end = time.monotonic()
+            peak = rpc_load.vm(server.proc.pid, "VmHWM") / 1024
+        finally:
+            assert probe.stdin is not None
+            probe.stdin.write(b"stop\n")
+            probe.stdin.close()
+            probe.wait(150)
+            if probe.stdout is not None:
+                probe.stdout.close()
+        during = [(float(s), float(lat)) for s, lat in (line.split() for line in samples.read_text().splitlines())]
+        during = [lat for s, lat in during if s <= end and s + lat >= begin]
+    return Row(case.name, max(during) * 1000 if during else float("nan"), len(during), end - begin, answer, peak)
+
+
+async def _drive(case: Case, server: rpc_load.Server, project: Path, quick: bool) -> str:
+    ws = await rpc_load.Ws.open(server)
+    try:
+        session = await ws.call("session.create", {"projectPath": str(project), "mode": case.mode,
+                                                    "permissionMode": "auto"})
+        return await case.drive(ws, session["id"], quick)
+    finally:
+        await ws.close()
+
+
+def run_cases(quick: bool, only: set[str] | None = None, progress: Callable[[Row], None] | None = None) -> list[Row]:
+    rows = []
+    for case in CASES:
+        if only and case.name not in only:
+            continue
+        with harness.scratch(f"loop-stall-{case.name}") as scratch:
+            row = run_case(case, scratch, quick)
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rows
+
+
+def main() -> int:
+    args = harness.parse_args(__doc__, lambda p: p.add_argument("--only", help="comma-separated case names"))
+    harness.header("loop stall: worst /healthz latency under each hostile call", args.quick)
+    only = set(args.only.split(",")) if args.only else None
+    print(f"  {'case':<18} {'worst':>9} {'probes':>7} {'took':>8} {'peak RSS':>9}  answer")
+
+    def show(row: Row) -> None:
+        print(f"  {row.case:<18} {row.worst_ms:>6.1f} ms {row.probes:>7} {row.seconds:>6.2f} s "
+              f"{row.peak_rss_mib:>5.0f} MiB  {row.answer}")
+
+    rows = run_cases(args.quick, only, show)
+    figures = [Figure(f"worst /healthz during {row.case}", row.worst_ms, "ms", TARGET_MS, at_least=False,
+                      note=row.answer) for row in rows]
+    return harness.report("loop_stall", figures, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
