@@ -35,7 +35,7 @@ from pidesk.host.parts import Parts
 from pidesk.ids import iso, new_id, now_iso, parse_iso, utcnow
 from pidesk.runtime.loop import Completed, ToolOutcome
 from pidesk.store import repo
-from pidesk.store.artifacts import read_artifact, write_artifact
+from pidesk.store.artifacts import ArtifactPathDenied, read_artifact, write_artifact
 from pidesk.tools.base import ToolResult
 
 _OUTCOMES = {
@@ -57,9 +57,12 @@ class Approvals:
             return ToolOutcome(ToolResult.error(Code.PLAN_WORKSPACE_REQUIRED, "this session has no project"))
         args = call.args
         moment = utcnow()
-        artifact = await self.p.in_thread(
-            write_artifact, Path(session.project_path), kind.value, args["title"], args["markdown"].encode(), moment
-        )
+        try:
+            artifact = await self.p.in_thread(
+                write_artifact, Path(session.project_path), kind.value, args["title"], args["markdown"].encode(), moment
+            )
+        except ArtifactPathDenied as denied:  # a symlinked .pi or .pi/<kind>: nothing written, nothing pending
+            return ToolOutcome(ToolResult.error(denied.code, denied.message))
         self.p.store.faults.hit("submit.after_artifact")
         with self.p.store.db.read() as db:
             revises = repo.latest_approval(db, session.id, kind)

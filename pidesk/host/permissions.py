@@ -2,7 +2,8 @@
 
 ``authorize`` reads the session's mode and permission mode from the store on
 every call (never from the runtime or a client), applies ``core.policy``, then
-the path rules (decided before any Ask), then — for an Ask — creates a durable
+the path rules (decided before any Ask, whatever the mode or grants; they
+include the host's own data directory), then — for an Ask — creates a durable
 permission request and waits for its answer. Grants are session-scoped "always
 allow" records, consulted in Agent mode only, so they never lift a contract-mode
 deny. Every denial is audited with its code.
@@ -44,7 +45,7 @@ class Permissions:
             unattended=live.unattended,
         )
         if not isinstance(decision, policy.Deny):
-            path_verdict = check_paths(call.name, call.args, Path(session.root))
+            path_verdict = check_paths(call.name, call.args, Path(session.root), self.p.store.data_dir)
             if path_verdict is not None:
                 decision = policy.Deny(path_verdict)
         if isinstance(decision, policy.Ask) and live.unattended:

@@ -2,6 +2,7 @@
 
 Messages reference an attachment by ``ref`` (``sha256:<hex>``) with its kind,
 name, MIME type and size; transcripts never hold the bytes or any base64 of them.
+Blobs are 0600 in a 0700 directory, like every file of the data dir.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from pidesk.store.transcripts import fsync_dir
+from pidesk.store.transcripts import fsync_dir, private_dir, write_private
 
 PREFIX = "sha256:"
 
@@ -18,17 +19,14 @@ PREFIX = "sha256:"
 class Blobs:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
-        directory.mkdir(parents=True, exist_ok=True)  # made durable by the Store, with the data dir
+        private_dir(directory)  # made durable by the Store, with the data dir
 
     def put(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
         path = self.dir / digest
         if not path.exists():
             temp = self.dir / f".{digest}.tmp"
-            with open(temp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            write_private(temp, data)
             os.replace(temp, path)
         # Even when the blob was there: a process killed before this fsync may have left its name unsynced,
         # and the ref is acknowledged now.

@@ -10,10 +10,14 @@ their truth is the transcript line, fsynced before the index transaction, and
 an index row lost to a power cut is rebuilt from the transcript at boot
 (``store.outbox``). The next FULL commit makes every earlier NORMAL commit durable
 too, because a WAL sync covers every frame before it.
+
+The index is 0600: it is created so before SQLite opens it, and SQLite gives
+its ``-wal`` and ``-shm`` files the database file's mode.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -30,6 +34,7 @@ class Database:
         self.path = path
         self.faults = faults
         self._lock = threading.RLock()
+        _private(path)
         try:
             self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.conn.execute("PRAGMA journal_mode=WAL")
@@ -110,3 +115,18 @@ class Database:
     def close(self) -> None:
         with self._lock:
             self.conn.close()
+
+
+def _private(path: Path) -> None:
+    """Create the index 0600 (an empty file is a new database), or tighten one an older pidesk made
+    0644, with the ``-wal`` and ``-shm`` it left; a file system that refuses chmod keeps its modes."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    except OSError:
+        return  # not ours to create (a directory, a read-only disk): connect() says why
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            if name.stat().st_mode & 0o077:
+                os.chmod(name, 0o600)
+        except (FileNotFoundError, PermissionError):
+            pass

@@ -13,7 +13,7 @@ class DataDirLock:
     """An exclusive flock on ``<data_dir>/host.lock`` for the life of the host."""
 
     def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the Store tightens one that existed
         self.path = data_dir / "host.lock"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:

@@ -6,6 +6,12 @@ Layout of a data directory::
     transcripts/<session>.jsonl  the messages, one fsynced line each — the durable truth
     scratch/<session>/           the working root of a temporary (project-less) session
 
+The data dir and every directory the store makes in it are 0700, every file it
+writes 0600 (SQLite gives ``index.db-wal`` and ``-shm`` the mode of
+``index.db``); opening a data dir tightens the modes of its directories and of
+the index an older pidesk left group- or world-readable. Transcripts and blobs
+written before that keep their modes, behind the now-private directories.
+
 Message persistence is two-step (seed 003 §4): the transcript line is appended
 and synced, then its index row is committed. Index rows are written behind:
 they queue in memory and commit in batches of ``INDEX_BATCH``, and always
@@ -49,6 +55,7 @@ from pidesk.store.transcripts import (
     encode_line,
     encode_message,
     fsync_dir,
+    private_dir,
 )
 
 IndexRow = tuple[str, str, str | None, int, str, int, int, str]
@@ -71,9 +78,9 @@ class Store:
     def __init__(self, data_dir: Path, faults: Faults = NO_FAULTS) -> None:
         self.data_dir = data_dir
         self.faults = faults
-        data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(data_dir)  # 0700, tightened if an older pidesk left it 0755
         for name in ("scratch", "transcripts", "blobs"):
-            (data_dir / name).mkdir(exist_ok=True)
+            private_dir(data_dir / name)
         fsync_dir(data_dir)  # on a fresh data dir these entries, and the dir's own, must survive a power cut
         fsync_dir(data_dir.parent)
         self.db = Database(data_dir / "index.db", faults)
@@ -94,7 +101,10 @@ class Store:
             self.db.close()
 
     def scratch_root(self, session_id: str) -> Path:
-        return self.data_dir / "scratch" / session_id
+        """The working root of a temporary session, made (0700) if missing."""
+        root = self.data_dir / "scratch" / session_id
+        private_dir(root)
+        return root
 
     # ---- sessions ---------------------------------------------------------------
 

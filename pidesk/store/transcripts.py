@@ -131,7 +131,7 @@ class Transcripts:
         self.dir = directory
         self.faults = faults
         self._poisoned: set[str] = set()
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         self._open: dict[str, _Tail] = {}  # session id -> its kept O_DSYNC descriptor and end offset
         self._open_lock = threading.Lock()
         self._max_open = max_open
@@ -164,10 +164,7 @@ class Transcripts:
         self.forget(session_id)
         target = self.path(session_id)
         temp = target.with_suffix(".jsonl.tmp")
-        with open(temp, "wb") as f:
-            f.write(b"".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
+        write_private(temp, b"".join(lines))
         os.replace(temp, target)
         fsync_dir(self.dir)
 
@@ -295,10 +292,7 @@ class Transcripts:
             tail = f.read()
         stamp = now_iso().replace(":", "").replace("-", "")
         target = self.dir / f"{session_id}.jsonl.quarantine-{stamp}-{good_end}"
-        with open(target, "xb") as out:
-            out.write(tail)
-            out.flush()
-            os.fsync(out.fileno())
+        write_private(target, tail, exclusive=True)
         fsync_dir(self.dir)
         self.truncate(session_id, good_end)
         return target
@@ -327,6 +321,31 @@ class Transcripts:
 def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def private_dir(directory: Path) -> None:
+    """Make ``directory`` (and missing parents) and leave it 0700, tightening one an older pidesk made
+    0755 — the data dir holds every transcript and the host's token. A file system that refuses
+    chmod (not the owner, no Unix modes) keeps what it has."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        if directory.stat().st_mode & 0o077:
+            os.chmod(directory, 0o700)
+    except PermissionError:
+        pass
+
+
+def write_private(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+    """Write a new file (0600, as every file of the data dir) whole and fsync it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if exclusive else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)

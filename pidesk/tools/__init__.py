@@ -22,7 +22,7 @@ from pidesk.tools.files import (
     make_write_tool,
 )
 from pidesk.tools.specs import TOOL_SPECS
-from pidesk.tools.workspace import check_paths, resolve
+from pidesk.tools.workspace import PATH_TOOLS, check_paths, guard, resolve
 
 __all__ = [
     "TOOL_SPECS",
@@ -51,9 +51,11 @@ async def close_tools(tools: Mapping[str, Tool] | None) -> None:
             await tool.aclose()
 
 
-def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None) -> dict[str, Tool]:
-    """``env`` is the Bash environment (``None``: inherit the host's)."""
-    return {
+def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None,
+                         host_dir: Path | None = None) -> dict[str, Tool]:
+    """``env`` is the Bash environment (``None``: inherit the host's); ``host_dir`` the host's data
+    directory, which the path tools then refuse as they run (``workspace.guard``)."""
+    tools: dict[str, Tool] = {
         "Read": make_read_tool(root),
         "Glob": make_glob_tool(root),
         "Grep": make_grep_tool(root),
@@ -62,3 +64,6 @@ def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None) ->
         "Bash": make_bash_tool(root, env=env),
         "BrowserPreview": make_browser_preview_tool(root),
     }
+    if host_dir is not None:
+        tools.update({name: guard(name, tools[name], root, host_dir) for name in PATH_TOOLS})
+    return tools

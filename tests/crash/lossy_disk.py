@@ -101,6 +101,14 @@ class Layer:
         return self.fds.get(fd, f"<fd {fd}>")
 
 
+def _absolute(path: Any, dir_fd: int | None) -> str:
+    """The absolute path a call names: a relative one is relative to ``dir_fd``'s directory when given
+    (artifacts are opened component by component, relative to their parent's descriptor)."""
+    if dir_fd is None or os.path.isabs(path):
+        return os.path.abspath(os.fspath(path))
+    return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fspath(path))
+
+
 class LossyOs:
     """The ``os`` a patched module sees: mutations are recorded, everything else is the real ``os``."""
 
@@ -111,7 +119,7 @@ class LossyOs:
         return getattr(os, name)
 
     def open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
-        layer, p = self._layer, os.path.abspath(os.fspath(path))
+        layer, p = self._layer, _absolute(path, dir_fd)
         with layer.lock:
             if not layer.watches(p):
                 return os.open(path, flags, mode, dir_fd=dir_fd)
@@ -221,7 +229,7 @@ class LossyOs:
     remove = unlink
 
     def mkdir(self, path: Any, mode: int = 0o777, **kw: Any) -> None:
-        layer, p = self._layer, os.path.abspath(os.fspath(path))
+        layer, p = self._layer, _absolute(path, kw.get("dir_fd"))
         with layer.lock:
             if not layer.watches(p):
                 return os.mkdir(path, mode, **kw)
