@@ -181,5 +181,6 @@ class HostTurnContext:
     def _workspace_tools(self) -> dict[str, Tool]:
         if self._tools is None:
             root = Path(self._current().root)
-            self._tools = make_workspace_tools(root, env=self.p.config.tool_env, host_dir=self.p.store.data_dir)
+            self._tools = make_workspace_tools(root, env=self.p.config.tool_env, host_dir=self.p.store.data_dir,
+                                               process_groups=self.p.store.process_groups)
         return self._tools

@@ -171,5 +171,6 @@ class DelegateContext:
     def _workspace_tools(self) -> dict[str, Tool]:
         if self._tools is None:
             root = Path(self.p.session(self.session_id).root)
-            self._tools = make_workspace_tools(root, env=self.p.config.tool_env)
+            self._tools = make_workspace_tools(root, env=self.p.config.tool_env,
+                                               process_groups=self.p.store.process_groups)
         return self._tools

@@ -1,5 +1,8 @@
 """Startup recovery: make the store consistent, then fail closed — before anything is served.
 
+0. Kill the tool process groups a crashed host left running (its watchdog missed
+   them), as the store recorded them: only a leader with the recorded start time
+   (``tools/watchdog.py``, ``kill_recorded``). They are gone before recovery goes on.
 1. ``Store.reconcile``: finish interrupted deletes, restore orphaned sessions,
    index the transcript outbox, quarantine torn tails.
 2. One transaction: pending approvals and permission requests → interrupted,
@@ -18,6 +21,7 @@ from pidesk.core.events import TurnEnded
 from pidesk.core.modes import TurnReason
 from pidesk.host.parts import Parts
 from pidesk.store import BootReport, repo
+from pidesk.tools.watchdog import kill_recorded
 
 
 @dataclass(frozen=True)
@@ -29,13 +33,17 @@ class Recovery:
 
 
 def recover(parts: Parts) -> Recovery:
+    groups = parts.store.process_groups
+    killed = kill_recorded((g.pgid, g.start, g.boot_id) for g in groups.recorded())
     boot = parts.store.reconcile()
+    boot.killed_process_groups = killed
     with parts.store.db.tx() as db:
         running = repo.running_turns(db)
         counts = repo.interrupt_everything(db)
-        if any(counts.values()) or boot.restored_sessions or boot.quarantined:
+        if any(counts.values()) or boot.restored_sessions or boot.quarantined or killed:
             repo.audit(db, "host.recovered", None, None, **counts, restored=boot.restored_sessions,
-                       quarantined=boot.quarantined)
+                       quarantined=boot.quarantined, killed_process_groups=killed)
+    groups.clear()  # (after the audit: a crash before it kills them again, or finds them gone)
     with parts.store.db.read() as db:
         held = repo.sessions_with_queue(db)
     parts.live.held_queues.update(held)

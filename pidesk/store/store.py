@@ -5,6 +5,7 @@ Layout of a data directory::
     index.db                     SQLite index (WAL): sessions, turns, approvals, queue, …
     transcripts/<session>.jsonl  the messages, one fsynced line each — the durable truth
     scratch/<session>/           the working root of a temporary (project-less) session
+    process-groups               the tool process groups running now, which boot kills (process_groups.py)
 
 The data dir and every directory the store makes in it are 0700, every file it
 writes 0600 (SQLite gives ``index.db-wal`` and ``-shm`` the mode of
@@ -45,6 +46,7 @@ from pidesk.ids import now_iso, ordered_ids
 from pidesk.store import repo
 from pidesk.store.blobs import Blobs
 from pidesk.store.db import Database
+from pidesk.store.process_groups import FILE_NAME as PROCESS_GROUPS, ProcessGroups
 from pidesk.store.transcripts import (
     HeaderLine,
     MessageLine,
@@ -72,6 +74,7 @@ class BootReport:
     dropped_index_rows: int = 0
     quarantined: list[str] = field(default_factory=list)
     finished_deletes: list[str] = field(default_factory=list)
+    killed_process_groups: list[int] = field(default_factory=list)  # tool groups a crashed host left running
 
 
 class Store:
@@ -87,6 +90,7 @@ class Store:
         self.schema_version = self.db.migrate()
         self.transcripts = Transcripts(data_dir / "transcripts", faults=faults)
         self.blobs = Blobs(data_dir / "blobs")
+        self.process_groups = ProcessGroups(data_dir / PROCESS_GROUPS)
         self._last_seq: dict[str, int] = {}
         self.new_message_id = ordered_ids("m")  # ids that sort as made: the index inserts them at its edge
         # message index rows written behind their fsynced transcript lines
@@ -97,6 +101,7 @@ class Store:
         try:
             self.flush()
         finally:
+            self.process_groups.close()
             self.transcripts.close()
             self.db.close()
 

@@ -22,6 +22,7 @@ from pidesk.tools.files import (
     make_write_tool,
 )
 from pidesk.tools.specs import TOOL_SPECS
+from pidesk.tools.watchdog import GroupRecord
 from pidesk.tools.workspace import PATH_TOOLS, check_paths, guard, resolve
 
 __all__ = [
@@ -52,16 +53,17 @@ async def close_tools(tools: Mapping[str, Tool] | None) -> None:
 
 
 def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None,
-                         host_dir: Path | None = None) -> dict[str, Tool]:
+                         host_dir: Path | None = None, process_groups: GroupRecord | None = None) -> dict[str, Tool]:
     """``env`` is the Bash environment (``None``: inherit the host's); ``host_dir`` the host's data
-    directory, which the path tools then refuse as they run (``workspace.guard``)."""
+    directory, which the path tools then refuse as they run (``workspace.guard``); ``process_groups``
+    the store's record of running Bash groups, which boot kills (``tools/watchdog.py``)."""
     tools: dict[str, Tool] = {
         "Read": make_read_tool(root),
         "Glob": make_glob_tool(root),
         "Grep": make_grep_tool(root),
         "Write": make_write_tool(root),
         "Edit": make_edit_tool(root),
-        "Bash": make_bash_tool(root, env=env),
+        "Bash": make_bash_tool(root, env=env, process_groups=process_groups),
         "BrowserPreview": make_browser_preview_tool(root),
     }
     if host_dir is not None:

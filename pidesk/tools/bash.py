@@ -20,6 +20,15 @@ one pipe. However the call ends, the group is stopped before it returns:
 init count as stopped); each wait for that is bounded, so a process stuck in
 the kernel cannot hang the call. Only the last ``max_output`` bytes of output
 are kept, with a note of how much was cut.
+
+Nor does a group outlive the host (issue 15, item 7). Every shell starts gated:
+it waits for its command (a spare) or for a go-ahead line (a cold shell, whose
+command is in its argv) on a pipe from the host, and exits without running
+anything if that pipe closes first. Between the spawn and that first byte the
+group is guarded (``tools/watchdog.py``): written to the durable record
+(``process_groups``, the store's ``process-groups`` file) and told to the
+host's watchdog, which kills it if the host dies. Once the group has stopped,
+it is forgotten again; a group that would not stop stays recorded for boot.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from typing import Any, Final
 from pidesk.core.errors import Code
 from pidesk.tools.base import ToolFailure, ToolResult, optional_int, require_str
 from pidesk.tools.children import exit_code
+from pidesk.tools.watchdog import GroupRecord, Guarded, guard, release
 
 log = logging.getLogger("pidesk.tools.bash")
 
@@ -112,13 +122,16 @@ def make_bash_tool(
     kill_grace_ms: int = 1_000,
     env: Mapping[str, str] | None = None,
     read_only: bool = False,
+    process_groups: GroupRecord | None = None,
 ) -> Bash:
     """``env`` replaces the inherited environment (the composition root passes one
     without provider keys); ``None`` inherits the host's. ``read_only`` runs every
     command inside a bubblewrap sandbox where the whole file system is read-only
-    (strict planning): the command can look, never change anything."""
+    (strict planning): the command can look, never change anything.
+    ``process_groups`` is the store's durable record of running groups, which boot
+    kills (a host passes its store's; without one only the watchdog guards them)."""
     return Bash(root, default_timeout_ms=default_timeout_ms, max_output=max_output, kill_grace_ms=kill_grace_ms,
-                env=env, read_only=read_only)
+                env=env, read_only=read_only, process_groups=process_groups)
 
 
 class Bash:
@@ -131,13 +144,14 @@ class Bash:
     process with a fresh state, as ``bash -c`` would be. It starts while the
     current command runs and the agent talks to its model. A command longer than
     ``WARM_LIMIT`` bytes (bash reads a pipe one byte at a time), the first call,
-    and a spare older than ``SPARE_MAX_AGE_S`` take a cold ``bash -c`` instead.
+    and a spare older than ``SPARE_MAX_AGE_S`` take a cold shell instead (the
+    command in its argv, as ``bash -c`` has it).
     A spare nobody uses exits by itself after ``SPARE_IDLE_S`` or when the host
     goes away (its stdin closes), and ``aclose()`` kills it at once.
     """
 
     def __init__(self, root: Path, *, default_timeout_ms: int, max_output: int, kill_grace_ms: int,
-                 env: Mapping[str, str] | None, read_only: bool) -> None:
+                 env: Mapping[str, str] | None, read_only: bool, process_groups: GroupRecord | None = None) -> None:
         self.root = root.resolve()
         self.default_timeout_ms = default_timeout_ms
         self.max_timeout_ms = max(MAX_TIMEOUT_MS, default_timeout_ms)
@@ -145,6 +159,7 @@ class Bash:
         self.kill_grace_ms = kill_grace_ms
         self.env = dict(env) if env is not None else None
         self.read_only = read_only
+        self.process_groups = process_groups
         self.bash = shutil.which("bash") or "/bin/bash"
         self._spare: asyncio.Future[_Started] | None = None  # the next call's shell, maybe still starting
         self._spare_born = 0.0
@@ -158,20 +173,23 @@ class Bash:
         )
         if "\0" in command:
             raise ToolFailure(Code.INVALID_ARGUMENTS, "Bash: a command cannot contain a NUL character")
-        transport, collector = await self._start(command)
+        transport, collector, guarded = await self._start(command)
         group = transport.get_pid()
+        stopped = False
         try:
             timed_out = not await _wait_exit(group, collector, timeout_ms / 1000)
-            await _stop_group(group, self.kill_grace_ms / 1000)
+            stopped = await _stop_group(group, self.kill_grace_ms / 1000)
             await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)
             await asyncio.wait({collector.eof}, timeout=_EOF_WAIT_S)
         except BaseException:
             _signal_group(group, signal.SIGKILL)
-            await _wait_stopped(group, _KILL_WAIT_S)
+            stopped = await _wait_stopped(group, _KILL_WAIT_S)
             await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)  # reaped by the watcher, not by close()
             raise
         finally:
             transport.close()
+            if stopped:  # (one that would not stop stays guarded: the watchdog or boot kills it)
+                release(guarded, self.process_groups)
         output = collector.text()
         if not collector.eof.done():
             output += "\n[stopped reading: a detached process still holds the output open]"
@@ -203,18 +221,17 @@ class Bash:
         if not spare.cancelled() and spare.exception() is None:
             await asyncio.wait({spare.result()[1].exited}, timeout=_KILL_WAIT_S)
 
-    async def _start(self, command: str) -> _Started:
-        """The command running: in the spare shell if there is a fresh one, else in a new ``bash -c``."""
+    async def _start(self, command: str) -> tuple[asyncio.SubprocessTransport, _Collector, Guarded | None]:
+        """The command running: in the spare shell if there is a fresh one, else in a new (gated) shell;
+        its group guarded before the shell gets the first byte that lets it run anything."""
         data = command.encode() + b"\0"
         spare = await self._take_spare() if len(data) <= WARM_LIMIT else None
         if spare is not None:
             transport, collector = spare
-            stdin = transport.get_pipe_transport(0)
-            assert isinstance(stdin, asyncio.WriteTransport)
-            stdin.write(data)
-            stdin.close()
         else:
-            spawn = asyncio.ensure_future(self._spawn(["-c", command], stdin=subprocess.DEVNULL))
+            data = b"\n"  # the go-ahead: the command is in the argv
+            argv = ["-c", _RUN_WHEN_TOLD, self.bash, command]
+            spawn = asyncio.ensure_future(self._spawn(argv, stdin=subprocess.PIPE))
             try:
                 transport, collector = await asyncio.shield(spawn)
             except asyncio.CancelledError:
@@ -222,10 +239,21 @@ class Bash:
                 raise
             except OSError as exc:
                 raise ToolFailure(None, f"Bash: cannot start {self.bash} in {self.root}: {exc}") from None
+        try:
+            guarded = guard(transport.get_pid(), self.process_groups)
+        except OSError as exc:  # not recorded: it must not run (nothing of it has)
+            _signal_group(transport.get_pid(), signal.SIGKILL)
+            collector.exited.add_done_callback(lambda _: transport.close())
+            raise ToolFailure(None, f"Bash: cannot record the command's process group, so it was not run: {exc}; "
+                                    "check that the data directory is writable") from None
+        stdin = transport.get_pipe_transport(0)
+        assert isinstance(stdin, asyncio.WriteTransport)
+        stdin.write(data)
+        stdin.close()
         if self._spare is None and not self._closed and not self.read_only:  # (a sandbox is per call)
             self._spare = asyncio.ensure_future(self._spawn(["-c", _WAIT_FOR_COMMAND], stdin=subprocess.PIPE))
             self._spare_born = asyncio.get_running_loop().time()
-        return transport, collector
+        return transport, collector, guarded
 
     async def _take_spare(self) -> _Started | None:
         spare, self._spare = self._spare, None
@@ -271,6 +299,13 @@ _Started = tuple[asyncio.SubprocessTransport, _Collector]
 _WAIT_FOR_COMMAND = (
     f'IFS= read -r -d "" -t {SPARE_IDLE_S} __pidesk_command || exit 0; exec </dev/null; '
     'eval "unset __pidesk_command; $__pidesk_command"'
+)
+
+# What a cold shell runs, as ``bash -c _RUN_WHEN_TOLD BASH COMMAND``: the same, with the
+# command in $1 and a line on stdin as the go-ahead; ``shift`` runs before the command's
+# first word, which sees no positional parameters, as under ``bash -c COMMAND``.
+_RUN_WHEN_TOLD = (
+    f'IFS= read -r -t {SPARE_IDLE_S} __pidesk_go || exit 0; exec </dev/null; unset __pidesk_go; eval "shift; $1"'
 )
 
 
@@ -348,14 +383,15 @@ async def _kill_spawned(
     transport.close()
 
 
-async def _stop_group(group: int, grace_s: float) -> None:
+async def _stop_group(group: int, grace_s: float) -> bool:
+    """SIGTERM, then SIGKILL after ``grace_s``; True once no member runs (False: one would not stop)."""
     if not _group_running(group):
-        return
+        return True
     _signal_group(group, signal.SIGTERM)
     if await _wait_stopped(group, grace_s):
-        return
+        return True
     _signal_group(group, signal.SIGKILL)
-    await _wait_stopped(group, _KILL_WAIT_S)
+    return await _wait_stopped(group, _KILL_WAIT_S)
 
 
 async def _wait_stopped(group: int, limit_s: float) -> bool:

@@ -1,0 +1,163 @@
+"""Authority hole 7 (issue 15): a Bash call's process group dies with the process that runs it.
+
+Observed before the fix: ``sleep 5; echo late > I_late.txt`` wrote 3.2 s after a
+``kill -9`` of the host. Here a child Python process stands in for the host: it
+runs a Bash command that announces its process group on a FIFO, then sleeps and
+writes ``late.txt``; the test SIGKILLs the child while the command sleeps. The
+group must be gone at once (the watchdog, ``tools/watchdog.py``), long before
+the command's sleep ends, and ``late.txt`` never written. Also: the durable
+record a host keeps of its running groups (``store/process_groups.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pidesk.store.process_groups import ProcessGroups
+from pidesk.tools import make_bash_tool, run_tool
+
+REPO = Path(__file__).resolve().parents[2]
+DELAY_S = 2  # the command's sleep before its late write
+LATE_COMMAND = f"echo $$ > started.fifo; sleep {DELAY_S}; echo late > late.txt"
+
+# The stand-in host: run one Bash command (after a first call, for the spare-shell path), forever.
+HOST = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from pidesk.tools import make_bash_tool
+from pidesk.tools.watchdog import WATCHDOG
+
+async def main(root, command, how):
+    tool = make_bash_tool(Path(root))
+    if how != "cold":
+        assert (await tool({"command": "true"})).ok
+    if how == "watchdog-restarted":  # its first watchdog dies; the next call must start another
+        os.kill(WATCHDOG.pid, signal.SIGKILL)
+        WATCHDOG._proc.wait(timeout=10)
+    await tool({"command": command})
+    print("survived", flush=True)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def group_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` still running (zombies, dead and awaiting their reaper, are not)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def wait_group_gone(pgid: int, limit_s: float = 10.0) -> float:
+    """Poll (bounded; there is no event for a group emptying) until no member of ``pgid`` runs; seconds taken."""
+    began = time.monotonic()
+    while group_members(pgid):
+        assert time.monotonic() - began < limit_s, f"process group {pgid} still runs: {group_members(pgid)}"
+        time.sleep(0.01)
+    return time.monotonic() - began
+
+
+def open_fifo(path: Path) -> int:
+    """A FIFO the command writes its process group to; opened for reading first, so its write never blocks."""
+    os.mkfifo(path)
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+
+
+def read_group(fd: int, timeout: float = 20.0) -> int:
+    """Wait for the command to start: the line it writes to the FIFO (its shell's pid, the group id)."""
+    ready, _, _ = select.select([fd], [], [], timeout)
+    assert ready, "the command never started"
+    return int(os.read(fd, 64).decode().split()[0])
+
+
+@pytest.mark.parametrize("how", ["cold", "warm", "watchdog-restarted"])
+def test_host_killed_mid_command_takes_the_commands_whole_group_with_it(root: Path, how: str) -> None:
+    """Authority hole 7: ``kill -9`` of the process running Bash, mid-command (a grandchild ``sleep``, then a
+    write): the group dies at once and the late write never happens — on a cold shell, on a spare, and
+    under a watchdog started again after the first one died."""
+    fifo = open_fifo(root / "started.fifo")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    host = subprocess.Popen([sys.executable, "-c", HOST, str(root), LATE_COMMAND, how], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        pgid = read_group(fifo)
+        assert group_members(pgid)  # the command runs: its shell and its sleep
+        host.kill()
+        host.wait(timeout=10)
+        took = wait_group_gone(pgid)
+    finally:
+        os.close(fifo)
+        if host.poll() is None:
+            host.kill()
+        out, err = host.communicate(timeout=10)
+    assert host.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    assert not (root / "late.txt").exists()
+    assert took < DELAY_S / 2  # killed, not finished by itself
+
+
+@pytest.mark.asyncio
+async def test_a_hosts_record_names_each_running_group_until_it_is_gone(root: Path, tmp_path: Path) -> None:
+    """Authority hole 7: the record boot kills from holds the running command's group (written before the
+    command ran, mode 0600) and forgets it once the group is gone."""
+    record = ProcessGroups(tmp_path / "process-groups")
+    tool = make_bash_tool(root, process_groups=record)
+    try:
+        for call in ("cold", "warm"):  # the first call's shell, then the spare it started
+            fifo = open_fifo(root / f"{call}.fifo")
+            os.mkfifo(root / f"{call}-go.fifo")
+            command = f"echo $$ > {call}.fifo; read -t 20 line < {call}-go.fifo"
+            task = asyncio.create_task(run_tool(tool, {"command": command}))
+            try:
+                pgid = await asyncio.to_thread(read_group, fifo)
+            finally:
+                os.close(fifo)
+            assert [g.pgid for g in record.recorded()] == [pgid]
+            assert stat.S_IMODE(record.path.stat().st_mode) == 0o600
+            await asyncio.to_thread((root / f"{call}-go.fifo").write_text, "go\n")
+            assert (await task).ok
+            assert record.recorded() == []
+    finally:
+        await tool.aclose()
+        record.close()
+
+
+def test_the_record_keeps_every_running_group_through_compaction_and_a_torn_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Authority hole 7: the record boot kills from stays right however long the host runs: rewritten
+    once it grows (only the running groups kept), and a torn line (a full disk) costs only itself."""
+    import pidesk.store.process_groups as process_groups
+
+    monkeypatch.setattr(process_groups, "COMPACT_BYTES", 200)
+    record = ProcessGroups(tmp_path / "process-groups")
+    try:
+        record.add(101, 7, "boot")
+        for pid in range(200, 240):  # calls come and go; 101 keeps running
+            record.add(pid, 9, "boot")
+            record.remove(pid, 9)
+        assert record.path.stat().st_size < 200
+        record.add(102, 8, "boot")
+        with open(record.path, "ab") as file:
+            file.write(b"+ 10")  # torn mid-line
+        assert [(g.pgid, g.start, g.boot_id) for g in record.recorded()] == [(101, 7, "boot"), (102, 8, "boot")]
+        assert stat.S_IMODE(record.path.stat().st_mode) == 0o600
+    finally:
+        record.close()
