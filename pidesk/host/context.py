@@ -26,7 +26,7 @@ from pidesk.runtime.loop import Nudge, ToolOutcome, TurnEnd
 from pidesk.runtime.context_window import model_view
 from pidesk.runtime.prompts import system_prompt
 from pidesk.store import repo
-from pidesk.tools import TOOL_SPECS, Tool, close_tools, make_bash_tool, make_workspace_tools, run_tool
+from pidesk.tools import TOOL_SPECS, Tool, close_tools, make_bash_tool, run_tool
 from pidesk.tools.base import ToolResult
 
 
@@ -181,6 +181,5 @@ class HostTurnContext:
     def _workspace_tools(self) -> dict[str, Tool]:
         if self._tools is None:
             root = Path(self._current().root)
-            self._tools = make_workspace_tools(root, env=self.p.config.tool_env, host_dir=self.p.store.data_dir,
-                                               process_groups=self.p.store.process_groups)
+            self._tools = self.p.workspace_tools(root)
         return self._tools

@@ -28,7 +28,7 @@ from pidesk.ids import new_id, now_iso
 from pidesk.runtime.loop import Completed, Failed, Nudge, ToolOutcome, TurnEnd, run_turn
 from pidesk.runtime.prompts import system_prompt
 from pidesk.store import repo
-from pidesk.tools import TOOL_SPECS, Tool, close_tools, make_workspace_tools, run_tool
+from pidesk.tools import TOOL_SPECS, Tool, close_tools, run_tool
 from pidesk.tools.base import ToolResult
 
 MAX_DELEGATES = 8
@@ -171,6 +171,5 @@ class DelegateContext:
     def _workspace_tools(self) -> dict[str, Tool]:
         if self._tools is None:
             root = Path(self.p.session(self.session_id).root)
-            self._tools = make_workspace_tools(root, env=self.p.config.tool_env,
-                                               process_groups=self.p.store.process_groups)
+            self._tools = self.p.workspace_tools(root)
         return self._tools

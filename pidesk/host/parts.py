@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pidesk.config import HostConfig
@@ -15,6 +16,7 @@ from pidesk.host.live import Live
 from pidesk.providers.base import Provider
 from pidesk.runtime.gate import StepGate
 from pidesk.store import Store, repo
+from pidesk.tools import Tool, make_workspace_tools
 
 
 @dataclass
@@ -40,6 +42,12 @@ class Parts:
         if session is not None:
             self.bus.publish(SessionUpdated(session=session))
         return session
+
+    def workspace_tools(self, root: Path) -> dict[str, Tool]:
+        """The built-in tools of a turn or a delegate over ``root``: refusing the host's own data
+        directory, with every Bash group recorded so a crash cannot leave it running."""
+        return make_workspace_tools(root, env=self.config.tool_env, host_dir=self.store.data_dir,
+                                    process_groups=self.store.process_groups)
 
     def is_busy(self, session_id: str) -> bool:
         """An active turn, a pending approval or a queued/running execution (seed 003 §3 rule 15)."""
