@@ -34,7 +34,8 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-back
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
 
 
-def make_browser_preview_tool(root: Path, *, chromium: str | None = None) -> Tool:
+def make_browser_preview_tool(root: Path, *, chromium: str | None = None, host_dir: Path | None = None) -> Tool:
+    """``host_dir``: the host's data directory, which the preview's page server refuses too."""
     browser = chromium if chromium is not None else (shutil.which("chromium") or shutil.which("chromium-browser"))
 
     async def tool(args: dict[str, Any]) -> ToolResult:
@@ -45,7 +46,7 @@ def make_browser_preview_tool(root: Path, *, chromium: str | None = None) -> Too
         if browser and target.startswith("file:"):
             # Chromium never gets a file: URL: a page could pull in any file on disk from there.
             # It gets the page from a loopback server that serves the workspace and nothing else.
-            with WorkspaceServer(root) as server:
+            with WorkspaceServer(root, host_dir) as server:
                 page = server.url_for(Path(unquote(urlsplit(target).path)))
                 html, shot = await _render(browser, page)
         elif browser:
@@ -118,11 +119,12 @@ async def _render(browser: str, target: str) -> tuple[str, str]:
 class WorkspaceServer:
     """A loopback HTTP server, alive for one render, that serves readable workspace files only.
 
-    Every request path is resolved like a Read (symlinks followed, secrets refused);
-    anything outside the root is a 404, so a page cannot reach past its workspace.
+    Every request path is resolved like a Read (symlinks followed, secrets and the
+    host's data directory refused); anything outside the root is a 404, so a page
+    cannot reach past its workspace, nor into the host's files inside it.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, host_dir: Path | None = None) -> None:
         from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer  # 9 ms, only for a preview
 
         self.root = root.resolve()
@@ -132,7 +134,7 @@ class WorkspaceServer:
             def translate_path(self, path: str) -> str:
                 relative = unquote(urlsplit(path).path).lstrip("/") or "."
                 try:
-                    target, _rel = resolve_for_read(workspace, relative)
+                    target, _rel = resolve_for_read(workspace, relative, host_dir)
                 except ToolFailure:
                     return str(workspace / ".pidesk-refused")  # does not exist: 404
                 return str(target)

@@ -79,3 +79,24 @@ async def test_with_chromium_the_page_is_rendered_with_a_screenshot(tmp_path, se
     assert result.ok and "Title: My App" in result.output
     shot = next(line.split(": ", 1)[1] for line in result.output.splitlines() if line.startswith("Screenshot: "))
     assert Path(shot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_preview_page_server_refuses_the_hosts_data_dir_inside_the_root(tmp_path):
+    """Authority hole 12, the preview's side: a page rendered from the workspace was served by a loopback
+    server that resolved paths like a Read but without the data dir, so a page in a project at $HOME
+    could fetch the host's token file and transcripts from the data dir under it."""
+    import urllib.error
+    import urllib.request
+
+    from pidesk.tools.browser import WorkspaceServer
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "host.json").write_text('{"token": "secret"}')
+    (tmp_path / "page.html").write_text("<title>page</title>")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with WorkspaceServer(tmp_path, data) as pages:
+        assert b"page" in opener.open(pages.url_for(tmp_path / "page.html"), timeout=5).read()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            opener.open(pages.url_for(tmp_path / "page.html").replace("page.html", "data/host.json"), timeout=5)
+        assert refused.value.code == 404
