@@ -40,6 +40,7 @@ const el = {
   addProjectForm: $('add-project-form'), addProjectInput: $('add-project-input'), toasts: $('toasts'),
   composer: $('composer'), banner: $('banner'), working: $('working'), workingText: $('working-text'),
   schedulesButton: $('schedules-button'), schedulesDialog: $('schedules-dialog'),
+  sidebarToggle: $('sidebar-toggle'), scrim: $('scrim'), toggleUnread: $('toggle-unread'),
 };
 
 const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/rpc?token=${encodeURIComponent(token)}`;
@@ -50,6 +51,7 @@ const transcript = new Transcript({ scroller: el.transcript, list: el.messages, 
   fork: (messageId) => fork(messageId),
   forkFromApproval: (a, info) => fork(info?.resultMsg?.id || info?.callMsg?.id || null),
   resolvePlan,
+  revise: (a) => revisePlan(a),
   approvalDetails,
   upgradeMarkdown: () => scheduleMarkdown(),
 });
@@ -63,6 +65,7 @@ const { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty } = creat
   selectProject,
   queueAction,
   resolvePermission,
+  executionSummary: (a) => transcript.executionSummary(a),
 });
 
 createSchedules(el, { rpc, toast: (what, kind) => toast(what, kind) });
@@ -281,6 +284,7 @@ function applyOne(view, ev) {
 
 async function openSession(id, { prefetched, keepComposer } = {}) {
   const switching = S.current !== id;
+  setSidebar(false);
   if (switching && !keepComposer) stashDraft();
   S.current = id;
   const session = S.sessions.get(id);
@@ -337,6 +341,7 @@ function focusSession(id) {
 }
 
 function newDraft(project) {
+  setSidebar(false);
   stashDraft();
   S.current = null;
   S.project = project;
@@ -448,6 +453,34 @@ async function resolvePlan(a, decision, permissionMode, feedback) {
   }
 }
 
+// "Revise now" on a rejected plan: the feedback turn, sent (or queued) as a person would.
+async function revisePlan(a) {
+  const s = S.sessions.get(a.sessionId);
+  if (!s) return false;
+  const kind = a.kind === 'goal' ? 'goal' : 'plan';
+  const text = a.feedback ? `Please revise the ${kind} with my feedback: ${a.feedback}` : `Please revise the ${kind}.`;
+  try {
+    await promptOrQueue(s, { sessionId: s.id, text });
+    return true;
+  } catch (err) {
+    toast(err);
+    return false;
+  }
+}
+
+async function promptOrQueue(s, params) {
+  if (busy(s)) {
+    await rpc.call('agent.queue.push', params);
+    return;
+  }
+  try {
+    await rpc.call('agent.prompt', params);
+  } catch (err) {
+    if (err.code !== 'AGENT_BUSY') throw err;
+    await rpc.call('agent.queue.push', params);
+  }
+}
+
 async function resolvePermission(req, decision, remember) {
   const params = { requestId: req.id, sessionId: req.sessionId, turnId: req.turnId, decision };
   if (remember) params.remember = remember;
@@ -482,16 +515,7 @@ async function send() {
     }
     const params = { sessionId: s.id, text };
     if (attachments.length) params.attachments = attachments;
-    if (busy(s)) {
-      await rpc.call('agent.queue.push', params);
-      return;
-    }
-    try {
-      await rpc.call('agent.prompt', params);
-    } catch (err) {
-      if (err.code !== 'AGENT_BUSY') throw err;
-      await rpc.call('agent.queue.push', params);
-    }
+    await promptOrQueue(s, params);
   } catch (err) {
     if (!el.input.value) setComposer(text, attachments);
     toast(err);
@@ -501,6 +525,13 @@ async function send() {
 async function stop() {
   const s = currentSession();
   if (!s) return;
+  if (s.planState === 'awaiting_approval') {
+    // Stop ends the turn at its next step, and a turn waiting on a plan has none until you
+    // decide: say so rather than "stopping…" forever.
+    toast(`The ${s.mode === 'goal' ? 'goal' : 'plan'} is still waiting for your decision: Stop takes effect only after you approve or reject it. Abort ends the turn now (the ${s.mode === 'goal' ? 'goal' : 'plan'} becomes interrupted).`,
+      'info', { label: 'Abort the turn', run: abort });
+    return;
+  }
   try {
     await rpc.call('agent.stop', { sessionId: s.id });
     toast('Stopping at the next step…', 'info');
@@ -656,16 +687,24 @@ function updateUrl() {
   document.title = s ? `${s.title} · pidesk` : 'pidesk';
 }
 
+// On a narrow screen the sidebar slides in over the page behind the ☰ button (CSS decides
+// when; the class only says whether it is open).
+function setSidebar(open) {
+  document.body.classList.toggle('sidebar-open', open);
+  el.sidebarToggle.setAttribute('aria-expanded', open ? 'true' : 'false');
+}
+
 // ---- toasts, marks ----------------------------------------------------------------------------
 
-function toast(what, kind = 'error') {
+function toast(what, kind = 'error', action = null) {
   const code = what?.code;
   const text = typeof what === 'string' ? what : what?.message || String(what);
   const hint = code ? explain(code) : '';
   const node = h('div', { class: `toast toast-${kind}`, role: kind === 'error' ? 'alert' : 'status' },
-    code && h('code', null, code), h('span', null, text), hint && hint !== text && h('span', { class: 'muted' }, hint));
+    code && h('code', null, code), h('span', null, text), hint && hint !== text && h('span', { class: 'muted' }, hint),
+    action && h('button', { type: 'button', class: 'toast-action', onclick: () => { node.remove(); action.run(); } }, action.label));
   el.toasts.append(node);
-  setTimeout(() => node.remove(), kind === 'error' ? 8000 : 3500);
+  setTimeout(() => node.remove(), kind === 'error' || action ? 8000 : 3500);
 }
 
 function markOnce(name) {
@@ -713,6 +752,8 @@ el.file.addEventListener('change', () => {
   el.file.value = '';
 });
 el.newSession.addEventListener('click', () => newDraft(S.project ?? ''));
+el.sidebarToggle.addEventListener('click', () => setSidebar(!document.body.classList.contains('sidebar-open')));
+el.scrim.addEventListener('click', () => setSidebar(false));
 el.addProject.addEventListener('click', () => {
   el.addProjectForm.hidden = !el.addProjectForm.hidden;
   if (!el.addProjectForm.hidden) el.addProjectInput.focus();
@@ -733,6 +774,10 @@ document.addEventListener('keydown', (e) => {
   if (e.key !== 'Escape' || e.defaultPrevented) return;
   if (e.target === el.addProjectInput) {
     el.addProjectForm.hidden = true;
+    return;
+  }
+  if (document.body.classList.contains('sidebar-open')) {
+    setSidebar(false);
     return;
   }
   if (e.target.closest?.('dialog')) return; // Esc in the schedules dialog closes it, never aborts

@@ -4,10 +4,10 @@
 // empty state. Each render reads the page state and redraws its part whole.
 
 import { h, ago, basename, clip, mayDo, MODE_LABEL } from './util.js';
-import { permissionCard } from './transcript.js';
+import { permissionCard, executionBadge } from './transcript.js';
 import { S, busy, currentSession, projects, sessionsIn, statusOf } from './state.js';
 
-// ``act``: {openSession, selectProject, queueAction, resolvePermission}
+// ``act``: {openSession, selectProject, queueAction, resolvePermission, executionSummary}
 export function createLayout(el, act) {
   function renderTabs() {
     const tabs = projects().map((key) => {
@@ -20,6 +20,9 @@ export function createLayout(el, act) {
       }, h('span', { class: 'tab-name' }, key ? basename(key) : 'Scratch'), unread ? h('span', { class: 'tab-unread', 'aria-label': `${unread} unread` }, String(unread)) : null);
     });
     el.tabs.replaceChildren(...tabs);
+    const unread = [...S.unread.keys()].filter((id) => S.sessions.has(id)).length;
+    el.toggleUnread.hidden = !unread;
+    el.toggleUnread.textContent = unread ? String(unread) : '';
   }
 
   function renderSidebar() {
@@ -68,7 +71,7 @@ export function createLayout(el, act) {
     if (s.mode !== 'agent' || s.planState !== 'inactive') {
       badges.push(h('span', { class: `badge plan-badge plan-${s.planState}`, title: 'plan state' }, s.planState === 'awaiting_approval' ? 'awaiting approval' : 'planning'));
     }
-    if (exec) badges.push(h('span', { class: `badge exec-badge exec-${exec.executionState}` }, `execution ${exec.executionState}`));
+    if (exec) badges.push(executionBadge(exec, act.executionSummary(exec), 'exec-badge '));
     const forked = s.forkedFrom && S.sessions.get(s.forkedFrom.sessionId);
     const u = s.usage;
     const usage = u && (u.inputTokens || u.outputTokens)
@@ -100,9 +103,16 @@ export function createLayout(el, act) {
       return;
     }
     el.queue.hidden = false;
+    // An idle session with a queue is holding it (after an abort, or a restart): nothing runs
+    // until the user says so.
+    const held = !!s && !busy(s);
+    el.queue.classList.toggle('held', held);
     el.queue.replaceChildren(
       h('div', { class: 'queue-head' }, h('strong', null, `Queued prompts (${entries.length})`),
-        h('span', { class: 'muted' }, busy(s) ? 'they run in order when the current turn ends' : 'waiting to start')),
+        held
+          ? [h('span', { class: 'queue-held' }, 'Held — nothing runs until you resume'),
+            h('button', { type: 'button', class: 'primary q-resume', title: 'Run the first queued prompt now; the rest follow in order', onclick: () => act.queueAction('agent.queue.sendNow', entries[0]) }, 'Resume')]
+          : h('span', { class: 'muted' }, 'they run in order when the current turn ends')),
       h('ol', { class: 'queue-list' }, entries.map((e, i) => h('li', { class: 'queue-entry', dataset: { entry: e.id } },
         h('span', { class: 'queue-text', title: e.text }, clip(e.text, 140)),
         e.attachments?.length ? h('span', { class: 'muted' }, ` +${e.attachments.length} file(s)`) : null,

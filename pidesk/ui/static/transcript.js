@@ -37,6 +37,7 @@ export class Transcript {
     this.tools = new Map(); // tool call id -> {call, result, callMsg, resultMsg, row, approxMs, liveMs, running}
     this.cards = new Map(); // approval id -> element
     this.cardUi = new Map(); // approval id -> {perm, feedback, diffOpen}
+    this.execTurns = new Map(); // approval id -> id of its execution turn, once seen
     this.streams = new Map(); // message id -> {el, text}
     this.turnLast = new Map(); // turn id -> seq of its last shown message
     this.lastMsg = null;
@@ -140,6 +141,13 @@ export class Transcript {
       else stream.el.remove();
     } else if (el) {
       this._insert(el, m.seq);
+    }
+    // a turn's last words can land after its end (an abort keeps the partial answer): its note follows them
+    const note = m.turnId && this.list.querySelector(`.turn-note[data-turn="${CSS.escape(m.turnId)}"]`);
+    if (note && Number(note.dataset.seq) < m.seq) {
+      note.dataset.seq = String(m.seq + 0.5);
+      note.remove();
+      this._insert(note, m.seq + 0.5);
     }
     if (stick) this.scrollToBottom();
     this.actions.upgradeMarkdown();
@@ -400,6 +408,10 @@ export class Transcript {
   // ---- approval cards ---------------------------------------------------------------
 
   renderApproval(a) {
+    if (a.revises && !this.cards.has(a.id)) {
+      const prev = this.view.approvals.get(a.revises);
+      if (prev && this.cards.has(prev.id)) queueMicrotask(() => this.renderApproval(this.view.approvals.get(prev.id) || prev));
+    }
     const old = this.cards.get(a.id);
     if (old) {
       const fresh = this._card(a);
@@ -436,7 +448,7 @@ export class Transcript {
       h('span', { class: `kind kind-${a.kind}` }, kind),
       h('h3', { class: 'card-title' }, a.title),
       h('span', { class: `badge approval-${a.status}` }, APPROVAL_STATUS[a.status] || a.status),
-      a.executionId && a.executionState !== 'none' && h('span', { class: `badge exec-${a.executionState}` }, EXECUTION_TEXT[a.executionState] || a.executionState));
+      a.executionId && a.executionState !== 'none' && executionBadge(a, this.executionSummary(a)));
     const meta = h('div', { class: 'artifact' },
       h('span', { class: 'artifact-path', title: 'the contract file, inside the project' }, h('code', null, a.artifactPath)),
       h('span', { class: 'artifact-hash', title: `sha256 ${a.artifactSha256}` }, 'sha256 ', h('code', { class: 'sha' }, a.artifactSha256.slice(0, 12))),
@@ -460,6 +472,8 @@ export class Transcript {
       d.open = pending && ui.diffOpen;
       parts.push(d);
     }
+    const summary = this.executionSummary(a);
+    if (summary && (summary.denied.length || summary.failed.length)) parts.push(this._summaryList(summary));
     if (pending) parts.push(this._decide(a, ui));
     else if (a.status === 'approved') {
       parts.push(h('p', { class: 'card-outcome' }, `Approved. The execution runs in Agent mode with permissions `,
@@ -467,12 +481,79 @@ export class Transcript {
     } else if (a.status === 'rejected') {
       parts.push(h('p', { class: 'card-outcome' }, 'Rejected.', a.feedback ? ' Your feedback:' : ' No feedback given.'));
       if (a.feedback) parts.push(h('blockquote', { class: 'feedback-quote' }, a.feedback));
+      parts.push(this._revise(a, ui));
     } else {
       const why = a.status === 'expired' ? explain('PLAN_APPROVAL_TIMEOUT') : explain('PLAN_APPROVAL_INTERRUPTED');
       parts.push(h('div', { class: 'card-outcome card-stale' }, h('p', null, why),
         h('button', { type: 'button', class: 'fork-approval', onclick: () => this.actions.forkFromApproval(a, this.tools.get(a.toolCallId)) }, 'Fork from here')));
     }
     return h('section', { class: `card approval approval-${a.status}`, dataset: { approval: a.id }, 'aria-label': `${kind}: ${a.title}` }, parts);
+  }
+
+  // What the execution of an approval did not get to do: its denied and failed tool calls.
+  // The execution turn is the one whose host-authored prompt names this artifact and hash.
+  executionSummary(a) {
+    if (!a.executionId || a.executionState === 'none') return null;
+    const turnId = this._executionTurn(a);
+    if (!turnId) return null;
+    const denied = [];
+    const failed = [];
+    for (const info of this.tools.values()) {
+      const result = info.result;
+      if (!result || result.ok || (info.resultMsg?.turnId ?? info.callMsg?.turnId) !== turnId) continue;
+      (result.errorCode === 'TOOL_DENIED' ? denied : failed).push(info);
+    }
+    return { turnId, denied, failed };
+  }
+
+  _executionTurn(a) {
+    const known = this.execTurns?.get(a.id);
+    if (known) return known;
+    const mark = `${a.artifactPath} (sha256 ${a.artifactSha256})`;
+    for (const el of this.els.values()) {
+      const m = el._message;
+      if (m?.role !== 'user' || !m.turnId || this.view.turns.get(m.turnId)?.origin !== 'execution') continue;
+      if (m.content.some((b) => b.type === 'text' && b.text.includes(mark))) {
+        this.execTurns.set(a.id, m.turnId);
+        return m.turnId;
+      }
+    }
+    return null;
+  }
+
+  _summaryList({ denied, failed }) {
+    const item = (info, verb) => {
+      const call = info.call || {};
+      const name = call.name || info.result.name;
+      const code = info.result.errorCode;
+      return h('li', { class: `exec-${verb}` }, h('strong', null, verb === 'denied' ? 'Denied' : 'Failed'), ' ',
+        h('span', { class: 'tool-name' }, name), ' ', h('code', null, shortArgs(name, call.args)),
+        verb === 'failed' && code && h('code', { class: 'tool-code' }, code));
+    };
+    return h('div', { class: 'exec-summary' },
+      h('p', null, 'Not everything in the plan was done:'),
+      h('ul', null, denied.map((i) => item(i, 'denied')), failed.map((i) => item(i, 'failed'))));
+  }
+
+  // After a rejection the agent sees the feedback in its next turn: say so, and offer to start
+  // that turn now — until a revision arrives.
+  _revise(a, ui) {
+    const revised = [...this.view.approvals.values()].some((x) => x.revises === a.id);
+    if (revised) return h('p', { class: 'card-outcome muted revise-note' }, `The agent revised this ${a.kind} below.`);
+    if (ui.revising) return h('p', { class: 'card-outcome revise-note' }, `Sent: the agent is revising the ${a.kind}.`);
+    const button = h('button', { type: 'button', class: 'primary revise-now' }, 'Revise now');
+    button.addEventListener('click', async () => {
+      button.disabled = true;
+      if (await this.actions.revise(a)) {
+        ui.revising = true;
+        this.renderApproval(a);
+      } else {
+        button.disabled = false;
+      }
+    });
+    return h('div', { class: 'card-outcome revise' },
+      h('span', null, `The agent revises the ${a.kind} with your feedback in its next turn: `), button,
+      h('span', { class: 'muted' }, ' or write to it below.'));
   }
 
   _decide(a, ui) {
@@ -542,6 +623,23 @@ export class Transcript {
       this.scroller.scrollTop = this.scroller.scrollHeight;
     });
   }
+}
+
+// "execution completed" only when nothing was denied or failed; else it says how many were.
+export function executionText(a, summary) {
+  const base = EXECUTION_TEXT[a.executionState] || `execution ${a.executionState}`;
+  const denied = summary?.denied.length || 0;
+  const failed = summary?.failed.length || 0;
+  if (!denied && !failed) return base;
+  const calls = (n) => (n === 1 ? 'call' : 'calls');
+  if (denied && failed) return `${base} with ${denied} denied and ${failed} failed ${calls(denied + failed)}`;
+  return denied ? `${base} with ${denied} denied ${calls(denied)}` : `${base} with ${failed} failed ${calls(failed)}`;
+}
+
+export function executionBadge(a, summary, extra = '') {
+  const text = executionText(a, summary);
+  const partial = a.executionState === 'completed' && text !== EXECUTION_TEXT.completed;
+  return h('span', { class: `badge ${extra}exec-${partial ? 'partial' : a.executionState}` }, text);
 }
 
 function userLabel(origin) {

@@ -1,0 +1,167 @@
+"""Issue 18 ("The clients, as a person uses them"): the web UI items, each driven as a person does."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.async_api import expect
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+PLAN = {"text": "Here is my plan.", "toolCalls": [{"name": "SubmitPlan", "args": {
+    "title": "Write NOTES.md", "markdown": "# Write NOTES.md\n\n1. Write it.\n", "question": "May I write NOTES.md?"}}]}
+
+
+def cls(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(^|\s){re.escape(name)}(\s|$)")
+
+
+async def test_an_execution_whose_only_write_was_denied_does_not_say_completed(ui):
+    """Issue 18 item 14: a green "execution completed" appeared after the only Write was denied (TOOL_DENIED);
+    the card now says "completed with 1 denied call" and lists the denied call."""
+    s = await ui.session(mode="plan")
+    ui.provider.enqueue(
+        s["id"], PLAN,
+        {"text": "Carrying out the plan.",
+         "toolCalls": [{"name": "Write", "args": {"path": "NOTES.md", "content": "# Notes\n"}}]},
+        {"text": "I could not write the file."},
+    )
+    await ui.open(session=s["id"])
+    page = ui.page
+    await ui.send("Write a NOTES.md")
+    card = page.locator(".approval.approval-pending")
+    await card.get_by_role("button", name="Approve").click()
+    await page.locator(".perm-card").get_by_role("button", name="Deny").click()
+
+    done = page.locator(".approval.approval-approved")
+    badge = done.locator(".card-head .badge").last
+    await expect(badge).to_have_text("execution completed with 1 denied call")
+    await expect(badge).not_to_have_class(cls("exec-completed"))
+    await expect(done.locator(".exec-summary li")).to_have_text([re.compile(r"Denied\s+Write\s+NOTES\.md")])
+    await expect(page.locator(".exec-badge")).to_have_text("execution completed with 1 denied call")
+    await page.reload()
+    await expect(page.locator(".approval.approval-approved .card-head .badge").last).to_have_text(
+        "execution completed with 1 denied call")
+    assert not (ui.project / "NOTES.md").exists()
+
+
+async def _fits(page) -> None:
+    """No sideways scroll, and every composer button lies inside the viewport."""
+    width = await page.evaluate("window.innerWidth")
+    assert await page.evaluate("document.documentElement.scrollWidth") <= width
+    assert await page.evaluate("document.body.scrollWidth") <= width
+    for button in ("#send", "#stop", "#abort", "#mode-chip"):
+        box = await page.locator(button).bounding_box()
+        assert box is not None, button
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width, (button, box, width)
+
+
+async def test_the_page_fits_a_phone_a_tablet_and_a_desktop(ui):
+    """Issue 18 item 11: at 420 px the sidebar took half the screen, the composer was one character wide and
+    Send/Stop were cut off; below ~700 px the sidebar now hides behind a button and the composer wraps."""
+    other = await ui.session(title="an older session")
+    s = await ui.session(title="Refactor the login form so it validates as you type")
+    ui.provider.enqueue(s["id"], {"gate": "hold", "text": "Working on it."})
+    await ui.open(session=s["id"])
+    page = ui.page
+    await ui.send("Refactor the login form so every field validates as the user types, with messages under each")
+    await ui.provider.wait_reached("hold")
+    await ui.send("then add tests for it")
+    await expect(page.locator(".queue-entry")).to_have_count(1)
+    await expect(page.locator("#abort")).to_be_visible()
+
+    for width, height, shot in ((390, 844, "narrow.png"), (768, 1024, "tablet.png"), (1440, 900, "wide.png")):
+        await page.set_viewport_size({"width": width, "height": height})
+        await _fits(page)
+        if width < 700:
+            await expect(page.locator("#sidebar")).to_be_hidden()
+            await expect(page.locator("#sidebar-toggle")).to_be_visible()
+            assert (await page.locator("#input").bounding_box())["width"] >= width * 0.7  # not one character wide
+        else:
+            await expect(page.locator("#sidebar")).to_be_visible()
+            await expect(page.locator("#sidebar-toggle")).to_be_hidden()
+        await ui.screenshot(shot)
+
+    await page.set_viewport_size({"width": 390, "height": 844})
+    await page.locator("#sidebar-toggle").click()
+    await expect(page.locator("#sidebar")).to_be_visible()
+    await _fits(page)
+    await ui.screenshot("narrow-sessions.png")
+    await page.locator(f'.session-item[data-session="{other["id"]}"]').click()
+    await expect(page.locator("#sidebar")).to_be_hidden()
+    await expect(page.locator(".title-row h1")).to_have_text("an older session")
+    ui.provider.release("hold")
+
+
+def submit_plan(markdown: str) -> dict:
+    return {"toolCalls": [{"name": "SubmitPlan", "args": {
+        "title": "Tidy the README", "markdown": markdown, "question": "Shall I tidy the README?"}}]}
+
+
+async def test_reject_offers_revise_now_which_sends_the_feedback_turn(ui):
+    """Issue 18 item 13: after Reject the card was a dead end; it now says the agent will revise and
+    "Revise now" sends the feedback turn, whose revision arrives as a new card."""
+    s = await ui.session(mode="plan")
+    ui.provider.enqueue(s["id"], {"text": "A first plan."} | submit_plan("# Tidy\n\n1. Rewrite the title.\n"),
+                        {"text": "Revised."} | submit_plan("# Tidy\n\n1. Keep the title.\n"))
+    await ui.open(session=s["id"])
+    page = ui.page
+    await ui.send("Tidy the README")
+    first = page.locator(".approval.approval-pending")
+    await first.locator(".feedback").fill("Keep the title line.")
+    await first.get_by_role("button", name="Reject").click()
+
+    rejected = page.locator(".approval.approval-rejected")
+    await expect(rejected.locator(".revise")).to_contain_text("revises the plan with your feedback")
+    await rejected.get_by_role("button", name="Revise now").click()
+    second = page.locator(".approval.approval-pending")
+    await expect(second.locator(".artifact-rev")).to_have_text("revision")
+    await expect(rejected.get_by_role("button", name="Revise now")).to_have_count(0)
+    await expect(rejected.locator(".revise-note")).to_contain_text("revised this plan")
+    await expect(page.locator(".msg-user .user-text").last).to_have_text(
+        "Please revise the plan with my feedback: Keep the title line.")
+    assert ui.provider.calls(s["id"]) == 2
+
+
+async def test_an_abort_holds_the_queue_and_resume_runs_it(ui):
+    """Issue 18 item 13: after Abort the queue silently waited; it now shows "Held" with Resume (and Send now)."""
+    s = await ui.session()
+    ui.provider.enqueue(s["id"], {"text": "Working on the first.", "gateAfter": "hold"},
+                        {"text": "Second done."}, {"text": "Third done."})
+    await ui.open(session=s["id"])
+    page = ui.page
+    await ui.send("first")
+    await ui.provider.wait_reached("hold")
+    await ui.send("second")
+    await ui.send("third")
+    queue = page.locator("#queue")
+    await expect(queue.locator(".queue-text")).to_have_text(["second", "third"])
+    await expect(queue.locator(".queue-held")).to_have_count(0)
+    await page.locator("#abort").click()
+
+    await expect(queue.locator(".queue-held")).to_have_text("Held — nothing runs until you resume")
+    await expect(queue.locator(".queue-entry").first.get_by_role("button", name="Send now")).to_be_visible()
+    await ui.screenshot("held-queue.png")
+    await queue.get_by_role("button", name="Resume").click()
+    await expect(page.locator(".msg-assistant .md").last).to_have_text("Third done.")
+    await expect(page.locator(".msg-user .user-text")).to_have_text(["first", "second", "third"])
+    await expect(queue).to_be_hidden()
+
+
+async def test_stop_while_a_plan_waits_says_so_and_offers_abort(ui):
+    """Issue 18 item 13: Stop while a plan awaited approval said "Stopping at the next step…" and nothing
+    happened; it now explains that the plan is still waiting and offers Abort."""
+    s = await ui.session(mode="plan")
+    ui.provider.enqueue(s["id"], {"text": "A plan."} | submit_plan("# Tidy\n\n1. Rewrite the title.\n"))
+    await ui.open(session=s["id"])
+    page = ui.page
+    await ui.send("Tidy the README")
+    await expect(page.locator(".approval.approval-pending")).to_be_visible()
+    await page.get_by_role("button", name="Stop", exact=True).click()
+
+    note = page.locator(".toast", has_text="still waiting for your decision")
+    await expect(note).to_be_visible()
+    await note.get_by_role("button", name="Abort the turn").click()
+    await expect(page.locator(".approval.approval-interrupted")).to_be_visible()
+    await expect(page.locator(".status-badge")).to_have_text("idle")
