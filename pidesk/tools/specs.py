@@ -52,7 +52,8 @@ TOOL_SPECS: Final[dict[str, dict[str, Any]]] = {
         ),
         _spec(
             "Glob",
-            "List workspace files matching a glob pattern such as `src/**/*.py`, sorted, skipping .git.",
+            "List workspace files matching a glob pattern such as `src/**/*.py`, sorted, skipping .git and "
+            "files .gitignore excludes.",
             {
                 "pattern": _string("Glob relative to `path`; `**` spans directories, `*` stays in one."),
                 "path": _string("Directory to search in (default: the workspace root)."),
@@ -61,9 +62,13 @@ TOOL_SPECS: Final[dict[str, dict[str, Any]]] = {
         ),
         _spec(
             "Grep",
-            "Search file contents with a Python regular expression; prints `path:line:text` per match.",
+            "Search file contents with a regular expression (ripgrep); prints `path:line:text` per match, "
+            "skipping files .gitignore excludes.",
             {
-                "pattern": _string("Python regular expression searched in each line."),
+                "pattern": _string(
+                    "Regular expression searched in each line, in ripgrep's (Rust) syntax: "
+                    "no look-around or backreferences."
+                ),
                 "path": _string("File or directory to search (default: the workspace root)."),
                 "glob": _string("Only files whose name (or path, if it has a `/`) matches, e.g. `*.{ts,tsx}`."),
                 "ignoreCase": {"type": "boolean", "description": "Match case-insensitively."},

@@ -15,7 +15,7 @@ from pidesk.tools import (
     make_write_tool,
     run_tool,
 )
-from pidesk.tools.files import glob_regex
+from pidesk.tools.search import compile_glob
 
 
 def _lines(count: int) -> str:
@@ -67,7 +67,7 @@ async def test_read_offset_past_the_end_and_empty_file(root: Path) -> None:
 async def test_read_clips_very_long_lines(root: Path) -> None:
     (root / "min.js").write_text("x" * 5000 + "\n")
     result = await run_tool(make_read_tool(root), {"path": "min.js"})
-    assert result.ok and "[line truncated]" in result.output
+    assert result.ok and result.output.endswith("… [line truncated: 5000 bytes]")
     assert len(result.output) < 2100
 
 
@@ -124,10 +124,10 @@ def _tree(root: Path, *files: str) -> None:
         ("a+b(1).txt", ["a+b(1).txt"], ["aab1.txt"]),
     ],
 )
-def test_glob_regex(pattern: str, matching: list[str], not_matching: list[str]) -> None:
-    regex = glob_regex(pattern)
-    assert [p for p in matching if regex.match(p)] == matching
-    assert [p for p in not_matching if regex.match(p)] == []
+def test_glob_matcher(pattern: str, matching: list[str], not_matching: list[str]) -> None:
+    matcher = compile_glob(pattern)
+    assert [p for p in matching if matcher.match(p)] == matching
+    assert [p for p in not_matching if matcher.match(p)] == []
 
 
 @pytest.mark.asyncio
