@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -81,11 +81,11 @@ def _rg_children() -> list[int]:
     return found
 
 
-async def _until(condition: object, *, within_s: float) -> bool:
+async def _until(condition: Callable[[], object], *, within_s: float) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     while loop.time() < deadline:
-        if callable(condition) and condition():
+        if condition():
             return True
         await asyncio.sleep(0.005)
     return False
