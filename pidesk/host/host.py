@@ -194,6 +194,12 @@ class Host:
         self.sessions.delete(session_id)
         return {}
 
+    async def session_rename(self, session_id: Any, title: Any) -> Session:
+        return self.sessions.rename(session_id, title)
+
+    async def projects_check(self, path: Any) -> dict[str, Any]:
+        return self.sessions.check_project(path)
+
     async def session_set_mode(self, session_id: Any, mode: Any) -> Session:
         return self.sessions.set_mode(session_id, mode)
 
@@ -257,6 +263,7 @@ class Host:
             raise Conflict(f"{session.mode.value.title()} mode needs an interactive session to approve its "
                            "contract; switch the session to Agent mode to run it unattended",
                            Code.PLAN_REQUIRES_INTERACTIVE_SESSION)
+        self.sessions.title_from_prompt(session.id, body)
         content: list[Block] = [TextBlock(text=body)]
         content += [AttachmentBlock(**{f: getattr(a, f) for f in a.__struct_fields__}) for a in files]
         turn_id, message_id = await self.turns.start(
@@ -304,6 +311,7 @@ class Host:
         return out
 
     async def agent_queue_push(self, session_id: Any, text: Any, attachments: Any = None) -> dict[str, Any]:
+        self.sessions.title_from_prompt(session_id, text)
         entry = await self.queue.push(session_id, text, attachments)
         return {"entryId": entry.id, "position": entry.position}
 
@@ -425,7 +433,7 @@ METHODS: dict[str, str] = {
     name: re.sub(r"([A-Z])", r"_\1", name.replace(".", "_")).lower()
     for name in (
         "host.hello", "host.status",
-        "session.create", "session.list", "session.get", "session.turns", "session.delete",
+        "session.create", "session.list", "session.get", "session.turns", "session.delete", "session.rename",
         "session.setMode", "session.setPermissionMode", "session.fork", "session.focus",
         "agent.prompt", "agent.steer", "agent.stop", "agent.abort",
         "agent.queue.push", "agent.queue.list", "agent.queue.remove", "agent.queue.prioritize",
@@ -434,7 +442,7 @@ METHODS: dict[str, str] = {
         "plans.pending", "plans.list", "plans.get", "plans.resolve",
         "notifications.list", "notifications.markSeen", "audit.list", "attachments.put",
         "schedules.create", "schedules.list", "schedules.delete", "schedules.runNow", "markdown.render",
-        "plugins.list",
+        "plugins.list", "projects.check",
     )
 }
 

@@ -1,13 +1,19 @@
-"""Sessions: create, list, read, delete, and configure while idle.
+"""Sessions: create, list, read, delete, rename, and configure while idle.
 
 Configuration (mode, permission mode, delete) is accepted only while the
 session is idle — no active turn, pending approval or queued/running execution
 (seed 003 §3 rule 15) — and every mode change is audited. Plan and Goal need a
 persisted project: a temporary session works in ``<data_dir>/scratch/<id>``.
+
+A title is a label only: ``rename`` works in any state (1–200 characters, audited).
+A session created without a title is named after its folder until its first
+prompt, which then names it (``title_from_prompt``), so sessions of one project
+(``pidesk run`` makes one per run) can be told apart.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +26,11 @@ from pidesk.host import validate
 from pidesk.host.parts import Parts
 from pidesk.ids import new_id, now_iso
 from pidesk.store import repo
+
+
+MAX_TITLE = 200
+PROMPT_TITLE = 60  # characters of the first prompt that name an untitled session
+_SPACE = re.compile(r"\s+")
 
 
 class Sessions:
@@ -49,7 +60,7 @@ class Sessions:
         now = now_iso()
         session = Session(
             id=session_id,
-            title=validate.text(title, "title") if title is not None else (project.name if project else "Scratch"),
+            title=validate.text(title, "title") if title is not None else _default_title(str(project) if project else None),
             project_path=str(project) if project else None,
             root=str(root),
             mode=chosen_mode,
@@ -77,6 +88,42 @@ class Sessions:
         self.p.store.delete_session(session.id)
         self.p.live.held_queues.discard(session.id)
         self.p.bus.publish(SessionDeleted(session_id=session.id))
+
+    def rename(self, session_id: Any, title: Any) -> Session:
+        """A new title, whatever the session is doing (a label changes nothing it may do)."""
+        session = self.p.session(validate.ident(session_id, "sessionId"))
+        name = _title(title)
+        if name != session.title:
+            with self.p.store.db.tx() as db:
+                repo.update_session(db, session.id, title=name)
+                repo.audit(db, "session.renamed", session.id, frm=session.title, to=name)
+        return self._published(session.id)
+
+    def title_from_prompt(self, session_id: Any, text: Any) -> None:
+        """Name a session still titled after its folder by its first prompt (called before the prompt starts)."""
+        session = self.p.session(validate.ident(session_id, "sessionId"))
+        if session.title != _default_title(session.project_path) or not isinstance(text, str):
+            return
+        line = _SPACE.sub(" ", text).strip()
+        if not line:
+            return
+        with self.p.store.db.read() as db:
+            if repo.list_turns(db, session.id, 1):
+                return  # not its first prompt: a title equal to the folder's name was chosen
+        name = line if len(line) <= PROMPT_TITLE else f"{line[:PROMPT_TITLE - 1].rstrip()}…"
+        with self.p.store.db.tx() as db:
+            repo.update_session(db, session.id, title=name)
+        self.p.publish_session(session.id)
+
+    @staticmethod
+    def check_project(path: Any) -> dict[str, Any]:
+        """Whether ``path`` can be a session's project, and why not (``projects.check``, a pidesk addition)."""
+        validate.text(path, "path")  # not text at all: INVALID_PARAMS, as for any method
+        try:
+            resolved = validate.project_dir(path, "path")
+        except InvalidParams as exc:
+            return {"ok": False, "reason": str(exc)}
+        return {"ok": True, "path": str(resolved)}
 
     def set_mode(self, session_id: Any, mode: Any) -> Session:
         session = self.p.session(validate.ident(session_id, "sessionId"))
@@ -124,3 +171,14 @@ class Sessions:
         session = self.p.publish_session(session_id)
         assert session is not None
         return session
+
+
+def _title(value: Any) -> str:
+    name = validate.text(value, "title").strip()
+    if len(name) > MAX_TITLE:
+        raise InvalidParams(f"title is {len(name)} characters long; at most {MAX_TITLE} are allowed")
+    return name
+
+
+def _default_title(project_path: str | None) -> str:
+    return Path(project_path).name if project_path else "Scratch"

@@ -165,3 +165,70 @@ async def test_stop_while_a_plan_waits_says_so_and_offers_abort(ui):
     await note.get_by_role("button", name="Abort the turn").click()
     await expect(page.locator(".approval.approval-interrupted")).to_be_visible()
     await expect(page.locator(".status-badge")).to_have_text("idle")
+
+
+async def test_the_session_menu_renames_and_deletes_with_a_confirmation(ui):
+    """Issue 18 item 12: sessions could be neither renamed nor deleted from the page; the ⋯ menu renames in
+    place and deletes after a confirmation, saying plainly when the session is busy (AGENT_BUSY)."""
+    keep = await ui.session(title="keep me")
+    busy = await ui.session(title="Untitled work")
+    ui.provider.enqueue(busy["id"], {"gate": "hold", "text": "Still busy."})
+    await ui.open(session=busy["id"])
+    page = ui.page
+    await ui.send("work for a while")
+    await ui.provider.wait_reached("hold")
+    item = page.locator(".session-li", has=page.locator(f'[data-session="{busy["id"]}"]'))
+
+    await item.get_by_role("button", name="More for Untitled work").click()
+    menu = item.locator(".session-menu")
+    await expect(menu.get_by_role("menuitem")).to_have_text(["Rename", "Delete…"])
+    await ui.screenshot("session-menu.png")
+    await menu.get_by_role("menuitem", name="Rename").click()
+    box = item.get_by_role("textbox", name="Session title")
+    await expect(box).to_be_focused()
+    await box.fill("The login bug")
+    await box.press("Enter")
+    await expect(item.locator(".session-title")).to_have_text("The login bug")
+    await expect(page.locator(".title-row h1")).to_have_text("The login bug")
+    await expect(page.locator("#abort")).to_be_visible()  # Enter in the rename box did not touch the turn
+    assert (await ui.call("session.get", {"sessionId": busy["id"]}))["session"]["title"] == "The login bug"
+
+    await item.get_by_role("button", name="More for The login bug").click()
+    await item.get_by_role("menuitem", name="Delete…").click()
+    confirm = item.locator(".session-menu.confirm")
+    await expect(confirm).to_contain_text("Delete “The login bug”?")
+    await confirm.get_by_role("button", name="Delete").click()
+    await expect(confirm.locator(".menu-error")).to_contain_text("is busy")
+    assert len((await ui.call("session.list"))["sessions"]) == 2
+
+    ui.provider.release("hold")
+    await expect(page.locator(".status-badge")).to_have_text("idle")
+    await confirm.get_by_role("button", name="Delete").click()
+    await expect(page.locator(f'.session-item[data-session="{busy["id"]}"]')).to_have_count(0)
+    assert [s["id"] for s in (await ui.call("session.list"))["sessions"]] == [keep["id"]]
+
+    other = page.locator(".session-li", has=page.locator(f'[data-session="{keep["id"]}"]'))
+    await other.get_by_role("button", name="More for keep me").click()
+    await other.get_by_role("menuitem", name="Delete…").click()
+    await other.get_by_role("button", name="Cancel").click()
+    await expect(other.locator(".session-menu")).to_have_count(0)
+    assert len((await ui.call("session.list"))["sessions"]) == 1
+
+
+async def test_many_sessions_get_a_filter_box(ui):
+    """Issue 18 item 12: a long list of sessions had no way to find one; from eight on a filter box appears."""
+    for name in ("alpha report", "beta fix", "gamma docs", "alpha tests", "delta", "epsilon", "zeta"):
+        await ui.session(title=name)
+    await ui.open(project=str(ui.project))
+    page = ui.page
+    await expect(page.locator(".session-item[data-session]")).to_have_count(7)
+    await expect(page.locator("#session-filter")).to_be_hidden()
+    await ui.session(title="eta")
+    await expect(page.locator(".session-item[data-session]")).to_have_count(8)
+    await page.locator("#session-filter").fill("ALPHA")
+    await expect(page.locator(".session-item[data-session] .session-title")).to_have_text(
+        ["alpha tests", "alpha report"])
+    await page.locator("#session-filter").fill("nothing like it")
+    await expect(page.locator(".filter-empty")).to_have_text("No session matches “nothing like it”.")
+    await page.locator("#session-filter").press("Escape")
+    await expect(page.locator(".session-item[data-session]")).to_have_count(8)

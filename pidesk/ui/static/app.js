@@ -41,6 +41,7 @@ const el = {
   composer: $('composer'), banner: $('banner'), working: $('working'), workingText: $('working-text'),
   schedulesButton: $('schedules-button'), schedulesDialog: $('schedules-dialog'),
   sidebarToggle: $('sidebar-toggle'), scrim: $('scrim'), toggleUnread: $('toggle-unread'),
+  sessionFilter: $('session-filter'),
 };
 
 const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/rpc?token=${encodeURIComponent(token)}`;
@@ -66,6 +67,8 @@ const { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty } = creat
   queueAction,
   resolvePermission,
   executionSummary: (a) => transcript.executionSummary(a),
+  rename: renameSession,
+  deleteSession,
 });
 
 createSchedules(el, { rpc, toast: (what, kind) => toast(what, kind) });
@@ -558,6 +561,26 @@ async function abort() {
   }
 }
 
+async function renameSession(id, title) {
+  try {
+    putSession(await rpc.call('session.rename', { sessionId: id, title }));
+  } catch (err) {
+    toast(err);
+  }
+  renderSidebar();
+  if (id === S.current) { renderHead(); updateUrl(); }
+}
+
+// The error, for the menu to show where the user is looking (null once deleted).
+async function deleteSession(id) {
+  try {
+    await rpc.call('session.delete', { sessionId: id });
+    return null;
+  } catch (err) {
+    return err;
+  }
+}
+
 async function fork(throughMessageId) {
   const s = currentSession();
   if (!s) return;
@@ -782,6 +805,7 @@ document.addEventListener('keydown', (e) => {
   }
   if (e.target.closest?.('dialog')) return; // Esc in the schedules dialog closes it, never aborts
   if (e.target.closest?.('.card')) return; // Esc inside a card (its feedback box) never aborts the turn
+  if (e.target.closest?.('.sidebar')) return; // nor in the sidebar (a rename, the filter)
   const s = currentSession();
   if (s && s.status !== 'idle') {
     e.preventDefault();

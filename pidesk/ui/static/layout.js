@@ -7,7 +7,9 @@ import { h, ago, basename, clip, mayDo, MODE_LABEL } from './util.js';
 import { permissionCard, executionBadge } from './transcript.js';
 import { S, busy, currentSession, projects, sessionsIn, statusOf } from './state.js';
 
-// ``act``: {openSession, selectProject, queueAction, resolvePermission, executionSummary}
+const FILTER_FROM = 8; // sessions in a project before the sidebar offers a filter box
+
+// ``act``: {openSession, selectProject, queueAction, resolvePermission, executionSummary, rename, deleteSession}
 export function createLayout(el, act) {
   function renderTabs() {
     const tabs = projects().map((key) => {
@@ -25,12 +27,107 @@ export function createLayout(el, act) {
     el.toggleUnread.textContent = unread ? String(unread) : '';
   }
 
+  // The session menu (⋯ on each item): rename in place, delete after a confirmation. One menu
+  // at a time; an item being renamed keeps its input across re-renders.
+  const menu = { id: null, confirm: false, error: null, renaming: null, input: null, rendering: false };
+
+  function closeMenu() {
+    if (menu.id === null && menu.renaming === null) return;
+    menu.id = null;
+    menu.confirm = false;
+    menu.error = null;
+    renderSidebar();
+  }
+
+  document.addEventListener('click', (e) => {
+    if (menu.id !== null && !e.target.closest?.('.session-menu, .session-more')) closeMenu();
+  });
+
+  function startRename(s) {
+    menu.id = null;
+    menu.renaming = s.id;
+    const input = h('input', {
+      class: 'rename-input', type: 'text', maxlength: '200', 'aria-label': 'Session title', spellcheck: 'false',
+    });
+    input.value = s.title;
+    let done = false;
+    const finish = async (save) => {
+      if (done) return;
+      done = true;
+      const title = input.value.trim();
+      menu.renaming = null;
+      menu.input = null;
+      renderSidebar();
+      if (save && title && title !== s.title) await act.rename(s.id, title);
+    };
+    input.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') { e.preventDefault(); finish(true); }
+      else if (e.key === 'Escape') { e.preventDefault(); finish(false); }
+    });
+    input.addEventListener('blur', () => { if (!menu.rendering) finish(true); }); // a re-render moves it: not a blur
+    menu.input = input;
+    renderSidebar();
+    input.focus();
+    input.select();
+  }
+
+  async function confirmDelete(s) {
+    const error = await act.deleteSession(s.id);
+    if (!error) {
+      closeMenu();
+      return;
+    }
+    menu.error = error.code === 'AGENT_BUSY'
+      ? `“${s.title}” is busy (a turn is running, a plan awaits approval, or an execution is queued). Abort it or let it finish, then delete it.`
+      : `${error.message}${error.code ? ` (${error.code})` : ''}`;
+    renderSidebar();
+  }
+
+  function sessionMenu(s) {
+    if (menu.confirm) {
+      return h('div', { class: 'session-menu confirm', role: 'dialog', 'aria-label': `Delete ${s.title}` },
+        h('p', null, 'Delete ', h('strong', null, `“${s.title}”`), '? Its transcript, plans and queue are removed; the project’s files stay.'),
+        menu.error && h('p', { class: 'menu-error', role: 'alert' }, menu.error),
+        h('div', { class: 'menu-actions' },
+          h('button', { type: 'button', class: 'danger confirm-delete', onclick: () => confirmDelete(s) }, 'Delete'),
+          h('button', { type: 'button', onclick: closeMenu }, 'Cancel')));
+    }
+    return h('div', { class: 'session-menu', role: 'menu', 'aria-label': `Actions for ${s.title}` },
+      h('button', { type: 'button', role: 'menuitem', onclick: () => startRename(s) }, 'Rename'),
+      h('button', { type: 'button', role: 'menuitem', class: 'danger', onclick: () => { menu.confirm = true; menu.error = null; renderSidebar(); } }, 'Delete…'));
+  }
+
+  function matches(s) {
+    const q = el.sessionFilter.value.trim().toLowerCase();
+    return !q || s.title.toLowerCase().includes(q) || s.id === menu.renaming;
+  }
+
   function renderSidebar() {
-    const items = sessionsIn(S.project ?? '').map((s) => {
+    const keep = !!menu.input && document.activeElement === menu.input;
+    menu.rendering = true;
+    try {
+      drawSidebar();
+    } finally {
+      menu.rendering = false;
+    }
+    if (keep && menu.input) menu.input.focus();
+  }
+
+  function drawSidebar() {
+    const all = sessionsIn(S.project ?? '');
+    const filtering = all.length >= FILTER_FROM || !!el.sessionFilter.value;
+    el.sessionFilter.hidden = !filtering;
+    const shown = filtering ? all.filter(matches) : all;
+    const items = shown.map((s) => {
       const [cls, label] = statusOf(s);
       const unread = S.unread.has(s.id);
       const active = s.id === S.current;
-      return h('li', null, h('button', {
+      if (menu.renaming === s.id && menu.input) {
+        return h('li', { class: 'session-li renaming' }, h('div', { class: `session-item${active ? ' active' : ''}`, dataset: { session: s.id } },
+          h('span', { class: `dot status-${cls}`, 'aria-hidden': 'true' }), h('span', { class: 'session-main' }, menu.input)));
+      }
+      const open = menu.id === s.id;
+      return h('li', { class: `session-li${open ? ' menu-open' : ''}` }, h('button', {
         type: 'button', class: `session-item${active ? ' active' : ''}${unread ? ' unread' : ''}`,
         dataset: { session: s.id, status: cls }, 'aria-current': active ? 'true' : null,
         onclick: () => { if (s.id !== S.current) act.openSession(s.id); },
@@ -43,14 +140,30 @@ export function createLayout(el, act) {
         h('span', { class: 'session-sub' },
           h('span', { class: `mini-mode mode-${s.mode}` }, MODE_LABEL[s.mode]),
           h('span', { class: `session-status status-${cls}` }, label))),
-      unread && h('span', { class: 'unread-mark', title: 'finished while you were away', 'aria-label': 'unread' })));
+      unread && h('span', { class: 'unread-mark', title: 'finished while you were away', 'aria-label': 'unread' })),
+      h('button', {
+        type: 'button', class: 'session-more', title: 'Rename or delete', 'aria-label': `More for ${s.title}`,
+        'aria-haspopup': 'menu', 'aria-expanded': open ? 'true' : 'false',
+        onclick: () => { menu.id = open ? null : s.id; menu.confirm = false; menu.error = null; renderSidebar(); },
+      }, '⋯'),
+      open && sessionMenu(s));
     });
+    if (filtering && !shown.length) items.push(h('li', { class: 'muted filter-empty' }, `No session matches “${el.sessionFilter.value.trim()}”.`));
     if (S.current === null) {
       items.unshift(h('li', null, h('div', { class: 'session-item active draft' }, h('span', { class: 'dot status-idle' }),
         h('span', { class: 'session-main' }, h('span', { class: 'session-title' }, 'New session'), h('span', { class: 'session-sub' }, 'type below to start')))));
     }
     el.sessions.replaceChildren(...items);
   }
+
+  el.sessionFilter.addEventListener('input', () => renderSidebar());
+  el.sessionFilter.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && el.sessionFilter.value) {
+      e.preventDefault();
+      el.sessionFilter.value = '';
+      renderSidebar();
+    }
+  });
 
   function renderHead() {
     const s = currentSession();
