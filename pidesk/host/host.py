@@ -263,12 +263,12 @@ class Host:
             raise Conflict(f"{session.mode.value.title()} mode needs an interactive session to approve its "
                            "contract; switch the session to Agent mode to run it unattended",
                            Code.PLAN_REQUIRES_INTERACTIVE_SESSION)
-        self.sessions.title_from_prompt(session.id, body)
         content: list[Block] = [TextBlock(text=body)]
         content += [AttachmentBlock(**{f: getattr(a, f) for f in a.__struct_fields__}) for a in files]
         turn_id, message_id = await self.turns.start(
             session.id, content, origin=origin, unattended=bool(unattended), draft=Draft(text=body, attachments=files)
         )
+        self.sessions.title_from_prompt(session.id, body)
         return {"turnId": turn_id, "messageId": message_id}
 
     def _stored(self, files: list[Attachment]) -> list[Attachment]:
@@ -311,8 +311,8 @@ class Host:
         return out
 
     async def agent_queue_push(self, session_id: Any, text: Any, attachments: Any = None) -> dict[str, Any]:
-        self.sessions.title_from_prompt(session_id, text)
         entry = await self.queue.push(session_id, text, attachments)
+        self.sessions.title_from_prompt(entry.session_id, entry.text)
         return {"entryId": entry.id, "position": entry.position}
 
     async def agent_queue_list(self, session_id: Any) -> dict[str, Any]:

@@ -7,17 +7,19 @@ persisted project: a temporary session works in ``<data_dir>/scratch/<id>``.
 
 A title is a label only: ``rename`` works in any state (1–200 characters, audited).
 A session created without a title is named after its folder until its first
-prompt, which then names it (``title_from_prompt``), so sessions of one project
-(``pidesk run`` makes one per run) can be told apart.
+prompt is accepted, which then names it (``title_from_prompt``), so sessions of one
+project (``pidesk run`` makes one per run) can be told apart. A refused prompt
+changes nothing, its title included.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
 
-from pidesk.core.errors import Code, Conflict, InvalidParams
+from pidesk.core.errors import Code, Conflict, InvalidParams, StoreError
 from pidesk.core.events import SessionDeleted
 from pidesk.core.modes import Mode, PermissionMode, PlanState, SessionStatus
 from pidesk.core.records import Session
@@ -28,6 +30,7 @@ from pidesk.ids import new_id, now_iso
 from pidesk.store import repo
 
 
+log = logging.getLogger("pidesk.sessions")
 MAX_TITLE = 200
 PROMPT_TITLE = 60  # characters of the first prompt that name an untitled session
 _SPACE = re.compile(r"\s+")
@@ -99,20 +102,26 @@ class Sessions:
                 repo.audit(db, "session.renamed", session.id, frm=session.title, to=name)
         return self._published(session.id)
 
-    def title_from_prompt(self, session_id: Any, text: Any) -> None:
-        """Name a session still titled after its folder by its first prompt (called before the prompt starts)."""
-        session = self.p.session(validate.ident(session_id, "sessionId"))
-        if session.title != _default_title(session.project_path) or not isinstance(text, str):
+    def title_from_prompt(self, session_id: str, text: str) -> None:
+        """Name a session still titled after its folder by its first prompt (called once the prompt is accepted).
+
+        Best effort: the prompt has already been accepted, so a store that refuses the title
+        leaves the folder's name (logged) rather than failing the prompt.
+        """
+        session = self.p.session(session_id)
+        if session.title != _default_title(session.project_path):
             return
         line = _SPACE.sub(" ", text).strip()
-        if not line:
-            return
         with self.p.store.db.read() as db:
-            if repo.list_turns(db, session.id, 1):
+            if not line or len(repo.list_turns(db, session.id, 2)) > 1:
                 return  # not its first prompt: a title equal to the folder's name was chosen
         name = line if len(line) <= PROMPT_TITLE else f"{line[:PROMPT_TITLE - 1].rstrip()}…"
-        with self.p.store.db.tx() as db:
-            repo.update_session(db, session.id, title=name)
+        try:
+            with self.p.store.db.tx() as db:
+                repo.update_session(db, session.id, title=name)
+        except StoreError as exc:
+            log.warning("session %s keeps its folder's name: the store refused the title (%s)", session.id, exc)
+            return
         self.p.publish_session(session.id)
 
     @staticmethod

@@ -66,3 +66,12 @@ async def test_projects_check_says_why_a_folder_cannot_be_a_project(host, projec
     assert missing["ok"] is False and "is not a directory" in missing["reason"]
     relative = await host.call("projects.check", {"path": "src/app"})
     assert relative["ok"] is False and "absolute" in relative["reason"]
+
+
+async def test_a_refused_first_prompt_leaves_the_title(host, project):
+    """A prompt the host refuses changes nothing, the session's title included."""
+    s = await session(host, project)
+    bad = [{"kind": "file", "name": "a", "mime": "text/plain", "size": 1, "ref": "sha256:" + "0" * 64}]
+    with pytest.raises(PideskError):
+        await host.call("agent.prompt", {"sessionId": s["id"], "text": "Rename me", "attachments": bad})
+    assert (await host.call("session.get", {"sessionId": s["id"]}))["session"]["title"] == project.name
