@@ -59,8 +59,8 @@ def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None,
     the store's record of running Bash groups, which boot kills (``tools/watchdog.py``)."""
     tools: dict[str, Tool] = {
         "Read": make_read_tool(root),
-        "Glob": make_glob_tool(root),
-        "Grep": make_grep_tool(root),
+        "Glob": make_glob_tool(root, host_dir=host_dir),
+        "Grep": make_grep_tool(root, host_dir=host_dir),
         "Write": make_write_tool(root),
         "Edit": make_edit_tool(root),
         "Bash": make_bash_tool(root, env=env, process_groups=process_groups),

@@ -80,6 +80,19 @@ _RG_MAX_COLUMNS: Final = 4 * MAX_GREP_LINE_CHARS
 _RG_WALK: Final = ("--no-config", "--hidden", "--mmap")
 # Never into .git: given after any glob of the model's, so it wins over them.
 _RG_NO_GIT: Final = ("--glob", "!.git")
+_GLOB_SPECIAL: Final = frozenset("*?[]{}!\\")
+
+
+def _skip_host_dir(start: Path, host_dir: Path | None) -> list[str]:
+    """ripgrep arguments that keep a walk from ``start`` out of the host's data directory below it
+    (a project at $HOME holds the default one): a later ``--glob`` wins over the user's own."""
+    if host_dir is None:
+        return []
+    data = host_dir.resolve()
+    if data == start or not data.is_relative_to(start):
+        return []  # the data dir is not below the start (a walk from inside it is refused before)
+    rel = "".join(f"\\{c}" if c in _GLOB_SPECIAL else c for c in data.relative_to(start).as_posix())
+    return ["--glob", f"!/{rel}/"]
 
 
 # ---------------------------------------------------------------- Read
@@ -160,9 +173,11 @@ def _read_line(head: bytes, length: int) -> str:
 
 
 def make_glob_tool(
-    root: Path, *, max_results: int = DEFAULT_MAX_RESULTS, timeout_s: float = DEFAULT_SEARCH_TIMEOUT_S
+    root: Path, *, max_results: int = DEFAULT_MAX_RESULTS, timeout_s: float = DEFAULT_SEARCH_TIMEOUT_S,
+    host_dir: Path | None = None,
 ) -> Tool:
-    """``timeout_s`` bounds each call's walk (then ``TOOL_TIMEOUT``)."""
+    """``timeout_s`` bounds each call's walk (then ``TOOL_TIMEOUT``); ``host_dir``, the host's data
+    directory, is left out of every walk that would pass through it."""
     root = root.resolve()
 
     async def glob(args: dict[str, Any]) -> ToolResult:
@@ -185,7 +200,7 @@ def make_glob_tool(
                 found.add(_join(start_rel, below))
 
         run = await run_rg(
-            [*_RG_WALK, "--files", "--null", *_RG_NO_GIT, "--", "."],
+            [*_RG_WALK, "--files", "--null", *_RG_NO_GIT, *_skip_host_dir(start, host_dir), "--", "."],
             cwd=start, timeout_s=timeout_s, separator=b"\0", on_record=on_record, tool="Glob",
         )
         note = unreadable_note(run.stderr, root, start_rel)
@@ -231,9 +246,11 @@ class _Collected:
 
 
 def make_grep_tool(
-    root: Path, *, max_matches: int = DEFAULT_MAX_RESULTS, timeout_s: float = DEFAULT_SEARCH_TIMEOUT_S
+    root: Path, *, max_matches: int = DEFAULT_MAX_RESULTS, timeout_s: float = DEFAULT_SEARCH_TIMEOUT_S,
+    host_dir: Path | None = None,
 ) -> Tool:
-    """``timeout_s`` bounds each call's search (then ``TOOL_TIMEOUT``, with the matches found so far)."""
+    """``timeout_s`` bounds each call's search (then ``TOOL_TIMEOUT``, with the matches found so far);
+    ``host_dir``, the host's data directory, is left out of every search that would pass through it."""
     root = root.resolve()
 
     async def grep(args: dict[str, Any]) -> ToolResult:
@@ -277,7 +294,7 @@ def make_grep_tool(
                 found.append(f"{rel}:{int(number)}:{_clip(_decode_line(line), MAX_GREP_LINE_CHARS)}")
 
         run = await run_rg(
-            [*_RG_WALK, *search, *_RG_NO_GIT, "--regexp", pattern, "--", target],
+            [*_RG_WALK, *search, *_RG_NO_GIT, *_skip_host_dir(cwd, host_dir), "--regexp", pattern, "--", target],
             cwd=cwd, timeout_s=timeout_s, separator=b"\n", on_record=on_record, tool="Grep",
         )
         note = unreadable_note(run.stderr, root, prefix)

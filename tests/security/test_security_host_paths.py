@@ -243,3 +243,23 @@ async def test_an_existing_data_dir_left_readable_is_tightened_at_open(make_host
     os.chmod(data_dir / "index.db", 0o644)
     make_host()
     assert loose_modes(data_dir) == []
+
+
+async def test_a_search_of_the_whole_root_passes_the_data_dir_by(host, provider, data_dir, tmp_path):
+    """Authority hole 12, the searches' side: a Grep or Glob of a root holding the data dir (a project at
+    $HOME) walked into it and showed host.json's token and the transcripts. They now pass it by, and
+    still find the project's own files — even a directory named like the data dir deeper down."""
+    (data_dir / "host.json").write_text(json.dumps({"token": "HOST-TOKEN-93ab"}))
+    (tmp_path / "notes.txt").write_text("HOST-TOKEN-93ab is a string in my notes\n")
+    (tmp_path / "sub" / "data").mkdir(parents=True)
+    (tmp_path / "sub" / "data" / "kept.txt").write_text("HOST-TOKEN-93ab kept\n")
+    s = await session(host, tmp_path, permissionMode="auto")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Grep", pattern="HOST-TOKEN"), tool("Glob", pattern="**/*.json*"),
+                     tool("Glob", pattern="**/*.txt"), {"text": "done"})
+    await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    grep, glob_json, glob_txt = tool_results((await state(host, s["id"]))["messages"])
+    assert grep["ok"] and sorted(grep["output"].splitlines()) == [
+        "notes.txt:1:HOST-TOKEN-93ab is a string in my notes", "sub/data/kept.txt:1:HOST-TOKEN-93ab kept"]
+    assert glob_json["ok"] and "data/" not in glob_json["output"], glob_json["output"]
+    assert glob_txt["output"].splitlines() == ["notes.txt", "sub/data/kept.txt"]
