@@ -106,8 +106,8 @@ def _refuse_host_dir(root: Path, path: str, target: Path, host_dir: Path | None,
     if any(p.is_relative_to(d) for p in (target, lexical) for d in host_dirs):
         raise ToolFailure(
             Code.WORKSPACE_PATH_DENIED,
-            f"{path} is inside pidesk's own data directory ({host_dir}: the session transcripts, the index "
-            f"and the host's token); tools may not {verb} it. Work on files outside it.",
+            f"{path} is inside pidesk's own data directory (the session transcripts, the index and the "
+            f"host's token); tools may not {verb} it. Work on files outside it.",
         )
 
 
