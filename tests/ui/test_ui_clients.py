@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -11,6 +12,13 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 PLAN = {"text": "Here is my plan.", "toolCalls": [{"name": "SubmitPlan", "args": {
     "title": "Write NOTES.md", "markdown": "# Write NOTES.md\n\n1. Write it.\n", "question": "May I write NOTES.md?"}}]}
+
+
+async def idle(ui, session_id: str, timeout: float = 10.0) -> None:
+    """Poll the host until the session is idle (a condition the page in front of the user does not show)."""
+    async with asyncio.timeout(timeout):
+        while (await ui.call("session.get", {"sessionId": session_id, "limit": 1}))["session"]["status"] != "idle":
+            await asyncio.sleep(0.05)
 
 
 def cls(name: str) -> re.Pattern[str]:
@@ -232,3 +240,43 @@ async def test_many_sessions_get_a_filter_box(ui):
     await expect(page.locator(".filter-empty")).to_have_text("No session matches “nothing like it”.")
     await page.locator("#session-filter").press("Escape")
     await expect(page.locator(".session-item[data-session]")).to_have_count(8)
+
+
+# The browser's Notification API, recording what the page shows (headless Chromium shows nothing).
+FAKE_NOTIFICATION = """
+window.__shown = [];
+class RecordingNotification {
+  static permission = 'default';
+  static async requestPermission() { RecordingNotification.permission = 'granted'; return 'granted'; }
+  constructor(title, options) { this.title = title; this.onclick = null; window.__shown.push(this); }
+  close() {}
+}
+window.Notification = RecordingNotification;
+"""
+
+
+async def test_unseen_finished_turns_count_in_the_title_and_notify_when_asked(ui):
+    """Issue 18 item 16: beyond the unread dot nothing told a person in another tab; the page title counts
+    unseen finished turns ("(2) …") and, once opted in, each one raises a browser notification."""
+    await ui.context.add_init_script(FAKE_NOTIFICATION)
+    here = await ui.session(title="here")
+    away = await ui.session(title="away")
+    await ui.open(session=here["id"])
+    page = ui.page
+    await expect(page).to_have_title("here · pidesk")
+    await page.get_by_label("Notify me when a turn finishes").check()
+    await expect(page.get_by_label("Notify me when a turn finishes")).to_be_checked()
+
+    await ui.call("agent.prompt", {"sessionId": away["id"], "text": "one"})
+    await expect(page).to_have_title("(1) here · pidesk")
+    await idle(ui, away["id"])
+    await ui.call("agent.prompt", {"sessionId": away["id"], "text": "two"})
+    await expect(page).to_have_title("(2) here · pidesk")
+    assert await page.evaluate("window.__shown.map((n) => n.title)") == ["Turn finished: away", "Turn finished: away"]
+
+    await ui.call("agent.prompt", {"sessionId": here["id"], "text": "seen here"})  # finishes in front of the user
+    await expect(page.locator(".msg-assistant .md")).to_have_text(["Done."])
+    assert await page.evaluate("window.__shown.length") == 2
+    await page.evaluate("window.__shown[1].onclick()")
+    await expect(page.locator(".title-row h1")).to_have_text("away")
+    await expect(page).to_have_title("away · pidesk")

@@ -41,7 +41,7 @@ const el = {
   composer: $('composer'), banner: $('banner'), working: $('working'), workingText: $('working-text'),
   schedulesButton: $('schedules-button'), schedulesDialog: $('schedules-dialog'),
   sidebarToggle: $('sidebar-toggle'), scrim: $('scrim'), toggleUnread: $('toggle-unread'),
-  sessionFilter: $('session-filter'),
+  sessionFilter: $('session-filter'), notify: $('notify'), notifyOpt: $('notify-opt'),
 };
 
 const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/rpc?token=${encodeURIComponent(token)}`;
@@ -61,7 +61,7 @@ const {
   stashDraft, unstashDraft, setComposer, autosize, upload, renderComposer, draftKey,
 } = createComposer(el, { rpc, toast: (err) => toast(err) });
 
-const { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty } = createLayout(el, {
+const { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty, renderTitle } = createLayout(el, {
   openSession: (id) => openSession(id),
   selectProject,
   queueAction,
@@ -210,6 +210,7 @@ function onEvent(ev) {
         addUnread(n);
         renderSidebar();
         renderTabs();
+        notifyDesktop(n);
       }
       return;
     }
@@ -282,6 +283,51 @@ function applyOne(view, ev) {
     default:
   }
 }
+
+// ---- desktop notifications (opt-in) -------------------------------------------------------
+//
+// Off until the user ticks the box in the sidebar (and the browser allows it); the choice is
+// kept in this browser. Only a turn that finished unseen notifies: not the one on screen.
+
+const NOTIFY_KEY = 'pidesk.notify';
+
+function notifyWanted() {
+  return typeof Notification === 'function' && Notification.permission === 'granted' && localStorage.getItem(NOTIFY_KEY) === 'on';
+}
+
+function notifyDesktop(n) {
+  if (!notifyWanted()) return;
+  const s = S.sessions.get(n.sessionId);
+  const failed = n.kind === 'task.failed';
+  const note = new Notification(`${failed ? 'Turn failed' : 'Turn finished'}: ${s ? s.title : 'a session'}`, {
+    body: s?.projectPath ? `in ${s.projectPath}` : 'pidesk', tag: n.id,
+  });
+  note.onclick = () => {
+    window.focus();
+    if (S.sessions.has(n.sessionId)) openSession(n.sessionId).catch((err) => toast(err));
+    note.close();
+  };
+}
+
+function renderNotifyOpt() {
+  el.notifyOpt.hidden = typeof Notification !== 'function';
+  el.notify.checked = notifyWanted();
+}
+
+el.notify?.addEventListener('change', async () => {
+  if (!el.notify.checked) {
+    localStorage.setItem(NOTIFY_KEY, 'off');
+    return;
+  }
+  const answer = Notification.permission === 'granted' ? 'granted' : await Notification.requestPermission();
+  if (answer === 'granted') {
+    localStorage.setItem(NOTIFY_KEY, 'on');
+  } else {
+    el.notify.checked = false;
+    toast('The browser blocks notifications for this page: allow them in its site settings, then tick the box again.', 'info');
+  }
+});
+renderNotifyOpt();
 
 // ---- opening sessions ------------------------------------------------------------------
 
@@ -706,8 +752,7 @@ function updateUrl() {
   if (S.current) u.searchParams.set('session', S.current);
   else u.searchParams.delete('session');
   if (u.href !== window.location.href) history.replaceState(null, '', u);
-  const s = currentSession();
-  document.title = s ? `${s.title} · pidesk` : 'pidesk';
+  renderTitle();
 }
 
 // On a narrow screen the sidebar slides in over the page behind the ☰ button (CSS decides

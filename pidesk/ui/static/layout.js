@@ -25,6 +25,16 @@ export function createLayout(el, act) {
     const unread = [...S.unread.keys()].filter((id) => S.sessions.has(id)).length;
     el.toggleUnread.hidden = !unread;
     el.toggleUnread.textContent = unread ? String(unread) : '';
+    renderTitle();
+  }
+
+  // The tab's title counts the turns that finished unseen: "(2) pidesk".
+  function renderTitle() {
+    let count = 0;
+    for (const [id, ids] of S.unread) if (S.sessions.has(id)) count += ids.size;
+    const s = currentSession();
+    const base = s ? `${s.title} · pidesk` : 'pidesk';
+    document.title = count ? `(${count}) ${base}` : base;
   }
 
   // The session menu (⋯ on each item): rename in place, delete after a confirmation. One menu
@@ -252,5 +262,5 @@ export function createLayout(el, act) {
   }
 
 
-  return { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty };
+  return { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty, renderTitle };
 }
