@@ -190,6 +190,8 @@ async def stop_serve(task: asyncio.Task[None]) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "host_config(**fields): HostConfig fields for the ui fixture's host")
+    config.addinivalue_line("markers", "provider_script(responses): what every session's model says first "
+                                       "(a session the test cannot name ahead, such as a scheduled run's)")
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -199,7 +201,8 @@ async def ui(request: pytest.FixtureRequest, tmp_path: Path, browser: Any) -> As
     (project / "README.md").write_text("# demo project\n\nA small project for the UI tests.\n")
     (project / "src").mkdir()
     (project / "src" / "app.py").write_text("print('hello')\n")
-    provider = ScriptedProvider()
+    script = request.node.get_closest_marker("provider_script")
+    provider = ScriptedProvider(list(script.args[0]) if script else None)
     marker = request.node.get_closest_marker("host_config")
     config = dict(marker.kwargs) if marker else {}
     task, url = await start_serve(tmp_path / "data", provider, **config)

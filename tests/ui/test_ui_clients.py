@@ -280,3 +280,22 @@ async def test_unseen_finished_turns_count_in_the_title_and_notify_when_asked(ui
     await page.evaluate("window.__shown[1].onclick()")
     await expect(page.locator(".title-row h1")).to_have_text("away")
     await expect(page).to_have_title("away · pidesk")
+
+
+async def test_add_project_refuses_a_missing_folder_where_it_was_typed(ui, tmp_path):
+    """Issue 18 item 17: "+ Project" with a missing directory was accepted and failed only on the first send."""
+    other = tmp_path / "other"
+    other.mkdir()
+    await ui.open(project=str(ui.project))
+    page = ui.page
+    await page.get_by_role("button", name="+ Project").click()
+    box = page.get_by_label("project folder")
+    await box.fill(str(tmp_path / "no-such-folder"))
+    await box.press("Enter")
+    await expect(page.locator("#add-project-error")).to_contain_text("is not a directory")
+    await expect(page.locator(".tab")).to_have_text(["project"])
+    await box.fill(str(other) + "/")
+    await expect(page.locator("#add-project-error")).to_be_hidden()
+    await box.press("Enter")
+    await expect(page.locator(".tab.active")).to_have_text("other")
+    await expect(box).to_be_hidden()

@@ -38,6 +38,7 @@ const el = {
   perm: $('perm'), mayDo: $('may-do'), send: $('send'), stop: $('stop'), abort: $('abort'),
   file: $('file'), atts: $('attachments'), newSession: $('new-session'), addProject: $('add-project'),
   addProjectForm: $('add-project-form'), addProjectInput: $('add-project-input'), toasts: $('toasts'),
+  addProjectError: $('add-project-error'),
   composer: $('composer'), banner: $('banner'), working: $('working'), workingText: $('working-text'),
   schedulesButton: $('schedules-button'), schedulesDialog: $('schedules-dialog'),
   sidebarToggle: $('sidebar-toggle'), scrim: $('scrim'), toggleUnread: $('toggle-unread'),
@@ -71,7 +72,7 @@ const { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty, renderTi
   deleteSession,
 });
 
-createSchedules(el, { rpc, toast: (what, kind) => toast(what, kind) });
+const schedulesPanel = createSchedules(el, { rpc, toast: (what, kind) => toast(what, kind) });
 
 // ---- connection ---------------------------------------------------------------------
 
@@ -181,6 +182,7 @@ function onEvent(ev) {
     S.resyncing.push(ev);
     return;
   }
+  schedulesPanel.hostEvent(ev);
   switch (ev.type) {
     case 'session.updated': {
       const known = S.sessions.has(ev.session.id);
@@ -826,18 +828,42 @@ el.addProject.addEventListener('click', () => {
   el.addProjectForm.hidden = !el.addProjectForm.hidden;
   if (!el.addProjectForm.hidden) el.addProjectInput.focus();
 });
-el.addProjectForm.addEventListener('submit', (e) => {
+// "+ Project" asks the host whether the folder can be a project before it becomes a tab:
+// a missing folder is refused here, where it was typed, not on the first send.
+function projectError(text) {
+  el.addProjectError.hidden = !text;
+  el.addProjectError.textContent = text || '';
+  el.addProjectInput.setAttribute('aria-invalid', text ? 'true' : 'false');
+}
+
+el.addProjectForm.addEventListener('submit', async (e) => {
   e.preventDefault();
-  const path = normPath(el.addProjectInput.value.trim());
-  if (!path.startsWith('/')) {
-    toast('Give the project folder as an absolute path, like /home/me/src/app.', 'info');
+  const typed = el.addProjectInput.value.trim();
+  if (!typed) return;
+  if (!typed.startsWith('/')) {
+    projectError('Give the project folder as an absolute path, like /home/me/src/app.');
     return;
   }
+  let answer;
+  try {
+    answer = await rpc.call('projects.check', { path: typed });
+  } catch (err) {
+    projectError(`${err.message}${err.code ? ` (${err.code})` : ''}`);
+    return;
+  }
+  if (el.addProjectInput.value.trim() !== typed) return; // edited meanwhile: the next Enter checks that
+  if (!answer.ok) {
+    projectError(answer.reason);
+    return;
+  }
+  const path = normPath(answer.path);
+  projectError('');
   S.extraProjects.add(path);
   el.addProjectInput.value = '';
   el.addProjectForm.hidden = true;
   selectProject(path);
 });
+el.addProjectInput.addEventListener('input', () => projectError(''));
 document.addEventListener('keydown', (e) => {
   if (e.key !== 'Escape' || e.defaultPrevented) return;
   if (e.target === el.addProjectInput) {

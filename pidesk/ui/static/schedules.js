@@ -1,6 +1,10 @@
 // The Schedules panel (a modal dialog opened from the header): lists the host's
-// schedules, creates one for the shown project, and runs or deletes one. Everything
-// shown is read from the host (schedules.list) each time the panel opens or changes.
+// schedules, creates one for the shown project, and runs or deletes one (after a
+// confirmation). Everything shown is read from the host (schedules.list) when the panel
+// opens or changes, when a turn ends somewhere (a scheduled run may have finished), every
+// second while a run it shows is still running, and every 30 s while it is open (next run).
+// Schedules run unattended, so only Agent mode is offered: Plan and Goal are listed as
+// refused, with why.
 
 import { h, ago, clip, explain, MODE_LABEL, PERMISSION_LABEL } from './util.js';
 import { S } from './state.js';
@@ -17,16 +21,32 @@ export function createSchedules(el, act) {
   const where = dialog.querySelector('.sched-project');
   const field = (name) => form.elements.namedItem(name);
 
-  field('mode').replaceChildren(...MODES.map((m) => h('option', { value: m }, MODE_LABEL[m])));
+  field('mode').replaceChildren(...MODES.map((m) => (m === 'agent'
+    ? h('option', { value: m }, MODE_LABEL[m])
+    : h('option', { value: m, disabled: true, title: explain('PLAN_REQUIRES_INTERACTIVE_SESSION') }, `${MODE_LABEL[m]} — needs a person to approve`))));
+  let confirming = null; // the schedule whose Delete awaits a confirmation
+  let again = null; // the next refresh while a run is still running
+  let every = null; // the 30 s refresh while open
+  let soon = null; // a refresh asked for by a host event
   field('permissionMode').replaceChildren(...PERMISSIONS.map((p) => h('option', { value: p }, PERMISSION_LABEL[p])));
 
   async function refresh() {
+    clearTimeout(again);
+    again = null;
     try {
       const { schedules } = await act.rpc.call('schedules.list', {});
       render(schedules);
+      if (dialog.open && schedules.some((s) => s.lastRun?.status === 'running')) again = setTimeout(refresh, 1000);
     } catch (err) {
       fail(err);
     }
+  }
+
+  // A turn ended or a session appeared: a scheduled run may have started or finished.
+  function hostEvent(ev) {
+    if (!dialog.open || soon) return;
+    if (ev.type !== 'turn.ended' && ev.type !== 'notification.created' && ev.type !== 'session.updated') return;
+    soon = setTimeout(() => { soon = null; refresh(); }, 150);
   }
 
   function render(schedules) {
@@ -53,9 +73,13 @@ export function createSchedules(el, act) {
           last.errorCode && h('code', { class: 'sched-code', title: explain(last.errorCode) }, last.errorCode),
           h('div', { class: 'muted small', title: last.at }, ago(last.at))]
         : h('span', { class: 'muted' }, 'never')),
-      h('td', { class: 'sched-actions' },
-        h('button', { type: 'button', onclick: () => runNow(s) }, 'Run now'),
-        h('button', { type: 'button', class: 'danger', onclick: () => remove(s) }, 'Delete')));
+      h('td', { class: 'sched-actions' }, confirming === s.id
+        ? h('div', { class: 'sched-confirm', role: 'group', 'aria-label': `Delete ${s.name}` },
+          h('span', null, `Delete “${s.name}”? Its past runs’ sessions stay.`),
+          h('button', { type: 'button', class: 'danger confirm-delete', onclick: () => remove(s) }, 'Delete'),
+          h('button', { type: 'button', onclick: () => { confirming = null; refresh(); } }, 'Cancel'))
+        : [h('button', { type: 'button', onclick: () => runNow(s) }, 'Run now'),
+          h('button', { type: 'button', class: 'danger', onclick: () => { confirming = s.id; refresh(); } }, 'Delete')]));
   }
 
   function whenText(iso) {
@@ -93,6 +117,7 @@ export function createSchedules(el, act) {
   }
 
   async function remove(s) {
+    confirming = null;
     try {
       await act.rpc.call('schedules.delete', { scheduleId: s.id });
     } catch (err) {
@@ -111,14 +136,19 @@ export function createSchedules(el, act) {
       name: field('name').value.trim(), cron: field('cron').value.trim(), projectPath: S.project,
       prompt: field('prompt').value, mode: field('mode').value, permissionMode: field('permissionMode').value,
     };
+    let made;
     try {
-      await act.rpc.call('schedules.create', params);
+      made = await act.rpc.call('schedules.create', params);
       field('name').value = '';
       field('prompt').value = '';
     } catch (err) {
       fail(err);
       return;
     }
+    // the result line now says what happened last: an earlier error must not linger
+    result.hidden = false;
+    result.className = 'sched-result sched-started';
+    result.replaceChildren(h('strong', null, `“${made.name}” created.`), h('span', null, ` Next run: ${whenText(made.nextRunAt)}.`));
     refresh();
   });
 
@@ -126,11 +156,20 @@ export function createSchedules(el, act) {
     where.textContent = S.project || 'no project open — pick a project tab to create a schedule';
     form.querySelector('button[type="submit"]').disabled = !S.project;
     result.hidden = true;
+    confirming = null;
     if (!dialog.open) dialog.showModal();
+    clearInterval(every);
+    every = setInterval(refresh, 30000);
     refresh();
   }
 
+  dialog.addEventListener('close', () => {
+    clearInterval(every);
+    clearTimeout(again);
+    every = null;
+    again = null;
+  });
   dialog.querySelector('.sched-close').addEventListener('click', () => dialog.close());
   el.schedulesButton.addEventListener('click', open);
-  return { open };
+  return { open, hostEvent };
 }
