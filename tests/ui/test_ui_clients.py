@@ -299,3 +299,50 @@ async def test_add_project_refuses_a_missing_folder_where_it_was_typed(ui, tmp_p
     await box.press("Enter")
     await expect(page.locator(".tab.active")).to_have_text("other")
     await expect(box).to_be_hidden()
+
+
+async def test_a_write_shows_its_file_content_as_text_not_json(ui):
+    """Issue 18 item 18: Write details and the permission card showed raw JSON with `\\n` (or one squashed line);
+    the content now reads as the file will."""
+    content = "# Notes\n\nline two\n    indented line\n"
+    s = await ui.session()
+    ui.provider.enqueue(s["id"], {"text": "Writing.", "toolCalls": [{"name": "Write", "args": {
+        "path": "NOTES.md", "content": content}}]}, {"text": "Written."})
+    await ui.open(session=s["id"])
+    page = ui.page
+    await ui.send("write the notes")
+    card = page.locator(".perm-card")
+    await expect(card.locator(".perm-path")).to_have_text("NOTES.md")
+    assert await card.locator(".perm-args").text_content() == content
+    await card.get_by_role("button", name="Allow once").click()
+
+    row = page.locator('.tool[data-name="Write"]')
+    await expect(row).to_have_class(cls("tool-ok"))
+    await row.locator("summary").click()
+    assert await row.locator(".tool-content").text_content() == content
+    await expect(row.locator(".tool-path")).to_have_text("NOTES.md")
+    assert "\\n" not in await row.locator(".tool-detail").text_content()
+    assert (ui.project / "NOTES.md").read_text() == content
+
+
+async def test_a_tool_duration_reads_the_same_after_a_reload(ui):
+    """Issue 18 item 19: tool durations changed after a reload (1 ms -> "≈23 ms", guessed from message times);
+    the page now shows the host's measure (tool.finished.durationMs, kept in the result block) both times."""
+    s = await ui.session()
+    ui.provider.enqueue(s["id"], {"text": "Reading.", "toolCalls": [{"name": "Read", "args": {"path": "README.md"}},
+                                                                    {"name": "Glob", "args": {"pattern": "**/*"}}]},
+                        {"text": "Read it."})
+    await ui.open(session=s["id"])
+    page = ui.page
+    await ui.send("read the readme")
+    await expect(page.locator(".msg-assistant .md").last).to_have_text("Read it.")
+    durations = page.locator(".tool .tool-dur")
+    await expect(durations).to_have_count(2)
+    await expect(durations.first).not_to_have_text("")
+    live = await durations.all_text_contents()
+    stored = [b["durationMs"] for m in (await ui.call("session.get", {"sessionId": s["id"]}))["messages"]
+              for b in m["content"] if b["type"] == "toolResult"]
+    assert live == [f"{ms} ms" for ms in stored]
+    await page.reload()
+    await expect(page.locator("#messages")).not_to_have_class(cls("loading"))
+    await expect(durations).to_have_text(live)

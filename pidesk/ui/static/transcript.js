@@ -7,7 +7,7 @@
 // Assistant text is shown as plain text at once and swapped for the host's
 // rendered Markdown (markdown.render, batched) when it arrives.
 
-import { h, duration, shortArgs, explain, bytes, clip, mayDo, PERMISSION_LABEL } from './util.js';
+import { h, duration, shortArgs, explain, bytes, mayDo, PERMISSION_LABEL } from './util.js';
 import { lineDiff, renderDiff, diffStats } from './diff.js';
 
 const OUTPUT_SHOWN = 20000;
@@ -342,7 +342,10 @@ export class Transcript {
     else if (waiting) state = 'waiting';
     else if (info.running || (call && this._turnRunning(info.callMsg?.turnId))) state = 'running';
     const code = finished?.errorCode;
-    const ms = info.liveMs ?? info.approxMs;
+    // one source of truth: the host's measure (tool.finished, kept in the result block as durationMs);
+    // only a result stored without one falls back to the gap between message times (marked ≈)
+    const measured = result?.durationMs ?? info.liveMs;
+    const ms = measured ?? info.approxMs;
     const statusText = { ok: 'done', error: 'failed', waiting: 'waiting for your permission', running: 'running', none: 'no result' }[state];
     const summary = h('summary', null,
       h('span', { class: 'tool-state', title: statusText, 'aria-label': statusText }),
@@ -350,10 +353,10 @@ export class Transcript {
       h('code', { class: 'tool-args' }, call ? shortArgs(name, call.args) : ''),
       code && h('span', { class: 'tool-code' }, code),
       state === 'waiting' && h('span', { class: 'tool-wait' }, 'waiting for your permission'),
-      h('span', { class: 'tool-dur', title: info.liveMs === undefined && ms !== undefined ? 'approximate, from message times' : 'duration' },
-        ms !== undefined && finished ? `${info.liveMs === undefined ? '≈' : ''}${duration(ms)}` : ''));
+      h('span', { class: 'tool-dur', title: measured === undefined && ms !== undefined ? 'approximate, from message times' : 'duration' },
+        ms !== undefined && finished ? `${measured === undefined ? '≈' : ''}${duration(ms)}` : ''));
     const detail = h('div', { class: 'tool-detail' });
-    if (call) detail.append(h('div', { class: 'tool-label' }, 'Arguments'), h('pre', { class: 'tool-fullargs' }, JSON.stringify(call.args, null, 2)));
+    if (call) detail.append(...argumentsView(name, call.args));
     if (result) {
       const out = result.output || '';
       detail.append(h('div', { class: 'tool-label' }, result.ok ? 'Output' : 'Result'),
@@ -642,6 +645,29 @@ export function executionBadge(a, summary, extra = '') {
   return h('span', { class: `badge ${extra}exec-${partial ? 'partial' : a.executionState}` }, text);
 }
 
+// A tool call's arguments as a person reads them: a file's content and an edit's texts as
+// text (not JSON with \n escapes), a command as a command; anything else as JSON.
+function argumentsView(name, args) {
+  const a = args && typeof args === 'object' ? args : {};
+  const label = (text) => h('div', { class: 'tool-label' }, text);
+  const text = (cls, value) => h('pre', { class: cls }, clipText(value, OUTPUT_SHOWN));
+  if (name === 'Write' && typeof a.path === 'string' && typeof a.content === 'string') {
+    return [label('File'), h('pre', { class: 'tool-path' }, a.path), label(`Content (${a.content.split('\n').length} lines)`), text('tool-content', a.content || '(empty)')];
+  }
+  if (name === 'Edit' && typeof a.path === 'string' && typeof a.oldText === 'string' && typeof a.newText === 'string') {
+    return [label('File'), h('pre', { class: 'tool-path' }, a.path), label(a.replaceAll ? 'Replace every' : 'Replace'),
+      text('tool-old', a.oldText), label('With'), text('tool-new', a.newText)];
+  }
+  if (name === 'Bash' && typeof a.command === 'string') return [label('Command'), text('tool-command', a.command)];
+  return [label('Arguments'), h('pre', { class: 'tool-fullargs' }, JSON.stringify(args, null, 2))];
+}
+
+// Cut a long text without touching its lines (``clip`` makes one line of it).
+function clipText(value, n) {
+  const t = String(value ?? '');
+  return t.length > n ? `${t.slice(0, n)}\n… ${t.length - n} more characters` : t;
+}
+
 function userLabel(origin) {
   if (origin === 'execution') return 'Host · execution';
   if (origin === 'queued') return 'You · queued';
@@ -659,14 +685,29 @@ export function setHtml(el, html) {
   }
 }
 
+// The host's preview of a Write/Edit (PermissionRequest.preview.diff), one coloured line per line.
+function unifiedDiff(diff) {
+  const lines = clipText(diff, 8000).split('\n');
+  return h('div', { class: 'diff perm-diff' }, lines.map((line) => {
+    const cls = line.startsWith('+') && !line.startsWith('+++') ? 'diff-add'
+      : line.startsWith('-') && !line.startsWith('---') ? 'diff-del' : 'diff-ctx';
+    return h('div', { class: `diff-line ${cls}` }, h('span', { class: 'diff-text' }, line || ' '));
+  }));
+}
+
 // A permission card for the dock: tool, arguments, and the three answers.
 export function permissionCard(req, session, actions) {
   const contract = session && session.mode !== 'agent';
   const args = req.args || {};
   let shown;
   if (req.tool === 'Bash') shown = h('pre', { class: 'perm-args' }, h('span', { class: 'prompt-sign' }, '$ '), args.command ?? '');
-  else if (req.tool === 'Write') shown = [h('div', { class: 'perm-path' }, h('code', null, args.path)), h('pre', { class: 'perm-args' }, clip(args.content ?? '', 2000))];
-  else if (req.tool === 'Edit') shown = [h('div', { class: 'perm-path' }, h('code', null, args.path)), h('pre', { class: 'perm-args' }, `− ${args.oldText ?? ''}\n+ ${args.newText ?? ''}`)];
+  else if (req.preview?.diff) shown = [h('div', { class: 'perm-path' }, h('code', null, args.path), req.preview.overwrites && h('span', { class: 'perm-overwrites' }, ' overwrites the file')), unifiedDiff(req.preview.diff)];
+  else if (req.tool === 'Write') shown = [h('div', { class: 'perm-path' }, h('code', null, args.path)), h('pre', { class: 'perm-args perm-content' }, clipText(args.content ?? '', 4000))];
+  else if (req.tool === 'Edit') {
+    shown = [h('div', { class: 'perm-path' }, h('code', null, args.path)),
+      h('pre', { class: 'perm-args perm-edit' }, clipText(args.oldText ?? '', 2000).split('\n').map((l) => `− ${l}\n`).join(''),
+        clipText(args.newText ?? '', 2000).split('\n').map((l) => `+ ${l}\n`).join(''))];
+  }
   else shown = h('pre', { class: 'perm-args' }, JSON.stringify(args, null, 2));
   const answer = (decision, remember) => async (e) => {
     const buttons = e.target.closest('.perm-actions').querySelectorAll('button');
