@@ -1,7 +1,11 @@
 """Thin commands over the protocol: sessions, plans, queue, notifications, audit.
 
-Each is one or two RPC calls through ``connect`` (the running host, else an
+Each is one or a few RPC calls through ``connect`` (the running host, else an
 embedded one) and prints a table, or the raw result with ``--json``.
+
+Ids are printed whole, always: a person copies them into the next command
+(``plans approve pa_…``). A table whose ids cannot fit the terminal's width
+becomes one plain line per row; other cells may be folded or shortened, ids never.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ from typing import Any
 import click
 
 Handler = Callable[..., Coroutine[Any, Any, Any]]
+CELL = 60  # characters a non-id cell shows before "…"
+SQUEEZED = 10  # the narrowest a folded column may get before the table becomes plain lines
 
 
 def rpc_command(group: click.Group, name: str, columns: tuple[str, ...] = (),
-                **kwargs: Any) -> Callable[[Handler], click.Command]:
-    """A command that gets a connected ``client`` and prints what its coroutine returns."""
+                show: Callable[[Any], None] | None = None, **kwargs: Any) -> Callable[[Handler], click.Command]:
+    """A command that gets a connected ``client`` and prints what its coroutine returns:
+    ``--json`` as JSON, else through ``show`` (default: ``render`` with ``columns``)."""
 
     def decorate(fn: Handler) -> click.Command:
         @group.command(name, **kwargs)
@@ -41,6 +48,8 @@ def rpc_command(group: click.Group, name: str, columns: tuple[str, ...] = (),
             result = asyncio.run(go())
             if as_json:
                 click.echo(json.dumps(result, indent=2))
+            elif show is not None:
+                show(result)
             elif result is not None:
                 render(result, columns)
 
@@ -51,10 +60,6 @@ def rpc_command(group: click.Group, name: str, columns: tuple[str, ...] = (),
 
 def render(result: Any, columns: tuple[str, ...] = ()) -> None:
     """A list of objects as a table; a single object as key: value lines."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
     rows = result if isinstance(result, list) else None
     if rows is None:
         for key, value in result.items():
@@ -63,23 +68,52 @@ def render(result: Any, columns: tuple[str, ...] = ()) -> None:
                 break
     if rows is None:
         for key, value in result.items():
-            console.print(f"[bold]{key}[/]: {value}")
+            click.echo(f"{key}: {_cell(value, whole=True)}")
         return
     if not rows:
-        console.print("(none)")
+        click.echo("(none)")
         return
     shown = list(columns) or [c for c in rows[0] if not isinstance(rows[0][c], (dict, list))][:8]
-    table = Table(*shown)
-    for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in shown))
+    cells = [[_cell(row.get(c), whole=_is_id(c)) for c in shown] for row in rows]
+    _table(shown, cells)
+
+
+def _table(shown: list[str], cells: list[list[str]]) -> None:
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    widths = [max(cell_len(c), *(cell_len(row[i]) for row in cells)) for i, c in enumerate(shown)]
+    needed = sum(w if _is_id(c) else min(w, SQUEEZED) for c, w in zip(shown, widths, strict=True))
+    if needed + 3 * len(shown) + 1 > console.width:  # each column: a border and two spaces of padding
+        for row in cells:
+            click.echo("  ".join(v if c == "id" else f"{c}: {v}" for c, v in zip(shown, row, strict=True)))
+        return
+    table = Table()
+    for column, width in zip(shown, widths, strict=True):
+        if _is_id(column):
+            table.add_column(column, no_wrap=True, min_width=width)
+        else:
+            table.add_column(column, overflow="fold")
+    for row in cells:
+        table.add_row(*(Text(value) for value in row))  # Text: a title holding "[bold]" is not markup
     console.print(table)
 
 
-def _cell(value: Any) -> str:
+def _is_id(column: str) -> bool:
+    return column == "id" or column.endswith("Id")
+
+
+def _cell(value: Any, whole: bool = False) -> str:
     if value is None:
         return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-    return text if len(text) <= 60 else text[:57] + "…"
+    text = " ".join(text.split()) if not whole else text  # a newline would break the row
+    return text if whole or len(text) <= CELL else text[: CELL - 1] + "…"
 
 
 @click.group()
@@ -141,22 +175,41 @@ async def plans_list(client: Any, session_id: str | None) -> Any:
     return (await client.call("plans.pending", {}))["approvals"]
 
 
-@rpc_command(plans, "show")
-@click.argument("approval_id")
-async def plans_show(client: Any, approval_id: str) -> Any:
+def _show_plan(got: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.markdown import Markdown
+    from rich.markup import escape
 
-    got = await client.call("plans.get", {"approvalId": approval_id})
-    console = Console()
-    console.print(f"[bold]{got['title']}[/] ({got['kind']}, {got['status']})")
-    console.print(f"{got['artifactPath']}  sha256 {got['artifactSha256'][:12]}  {got['artifactSize']} bytes")
+    console = Console(highlight=False)
+    console.print(f"[bold]{escape(got['title'])}[/] ({got['kind']} {got['id']}, {got['status']})")
+    console.print(f"{escape(got['artifactPath'])}  sha256 {got['artifactSha256'][:12]}  {got['artifactSize']} bytes")
     console.print(Markdown(got["markdown"]))
-    console.print(f"[bold]{got['question']}[/]")
-    return None
+    console.print(f"[bold]{escape(got['question'])}[/]")
 
 
-@rpc_command(plans, "approve")
+@rpc_command(plans, "show", show=_show_plan)
+@click.argument("approval_id")
+async def plans_show(client: Any, approval_id: str) -> Any:
+    return await client.call("plans.get", {"approvalId": approval_id})
+
+
+def _show_resolved(got: dict[str, Any]) -> None:
+    """What the decision did, in words: never the raw record (``criteria: None``)."""
+    what = f"{got['kind']} {got['id']} \u201c{got['title']}\u201d"
+    if got["status"] == "approved":
+        click.echo(f"approved {what}")
+        if got.get("executionId"):
+            click.echo(f"execution {got['executionId']}: {got['executionState']} in session {got['sessionId']}, "
+                       f"permission {got['permissionMode']}")
+        return
+    click.echo(f"{got['status']} {what}")
+    if got.get("feedback"):
+        click.echo(f"the agent in session {got['sessionId']} gets your feedback and revises it")
+    else:
+        click.echo(f"session {got['sessionId']} keeps planning")
+
+
+@rpc_command(plans, "approve", show=_show_resolved)
 @click.argument("approval_id")
 @click.option("--permission", type=click.Choice(["ask", "accept-edits", "auto"]), required=True,
               help="The permission mode the execution runs with.")
@@ -167,7 +220,7 @@ async def plans_approve(client: Any, approval_id: str, permission: str) -> Any:
                                                "permissionMode": permission})
 
 
-@rpc_command(plans, "reject")
+@rpc_command(plans, "reject", show=_show_resolved)
 @click.argument("approval_id")
 @click.option("--feedback", default=None, help="Returned to the agent with the rejection.")
 async def plans_reject(client: Any, approval_id: str, feedback: str | None) -> Any:
@@ -209,13 +262,39 @@ def notifications() -> None:
     """Finished turns nobody has seen yet."""
 
 
-@rpc_command(notifications, "list", columns=("id", "kind", "sessionId", "turnId", "createdAt", "seenAt"))
+@rpc_command(notifications, "list",
+             columns=("id", "outcome", "sessionId", "sessionTitle", "task", "createdAt", "seenAt"))
 @click.option("--unseen", is_flag=True)
 async def notifications_list(client: Any, unseen: bool) -> Any:
-    return (await client.call("notifications.list", {"unseenOnly": unseen}))["notifications"]
+    """Each notification with what finished: its session's title, the prompt that started the turn,
+    and how the turn ended (the wire's fields, plus sessionTitle, task, reason, errorCode and outcome)."""
+    notes = (await client.call("notifications.list", {"unseenOnly": unseen}))["notifications"]
+    if not notes:
+        return notes
+    titles = {s["id"]: s["title"] for s in (await client.call("session.list"))["sessions"]}
+    turns: dict[str, dict[str, Any]] = {}
+    tasks: dict[str, str] = {}
+    for session_id in sorted({n["sessionId"] for n in notes} & set(titles)):
+        for turn in (await client.call("session.turns", {"sessionId": session_id, "limit": 1000}))["turns"]:
+            turns[turn["id"]] = turn
+        got = await client.call("session.get", {"sessionId": session_id, "limit": 200})  # recent turns' prompts
+        for message in got["messages"]:
+            if message["role"] == "user" and message.get("turnId") and message["turnId"] not in tasks:
+                tasks[message["turnId"]] = _summary(message["content"])
+    for note in notes:
+        turn = turns.get(note["turnId"], {})
+        reason, code = turn.get("reason"), turn.get("errorCode")
+        note.update(sessionTitle=titles.get(note["sessionId"]), task=tasks.get(note["turnId"]), reason=reason,
+                    errorCode=code,
+                    outcome=(reason or note["kind"].removeprefix("task.")) + (f": {code}" if code else ""))
+    return notes
 
 
-@rpc_command(notifications, "seen")
+def _show_seen(result: dict[str, Any]) -> None:
+    click.echo("marked seen")
+
+
+@rpc_command(notifications, "seen", show=_show_seen)
 @click.option("--session", "session_id", default=None)
 async def notifications_seen(client: Any, session_id: str | None) -> Any:
     await client.call("notifications.markSeen", {"sessionId": session_id} if session_id else {})

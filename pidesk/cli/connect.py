@@ -28,6 +28,7 @@ class Client(Protocol):
 class Remote:
     url: str
     token: str
+    pid: int | None = None  # from host.json; None for --url/--token
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         import asyncio
@@ -64,7 +65,30 @@ def running_host(data_dir: Path) -> Remote | None:
         os.kill(int(info["pid"]), 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return Remote(str(info["url"]), str(info["token"]))
+    return Remote(str(info["url"]), str(info["token"]), int(info["pid"]))
+
+
+async def insist_on_model(remote: Remote, model: str | None, data_dir: Path | None = None) -> None:
+    """Refuse ``--model`` that a running host would ignore: it runs the model it was started with.
+
+    Called before anything is created. A ``--model`` equal to the host's own model goes through;
+    any other is ``MODEL_NOT_CONFIGURED`` naming the host's model and the ways out.
+    """
+    if model is None:
+        return
+    try:
+        theirs: str | None = str((await remote.call("host.doctor"))["model"])
+    except (PideskError, KeyError, TypeError):  # an older host: it cannot say which model it runs
+        theirs = None
+    if theirs == model:
+        return
+    served = f" serves {data_dir}" if data_dir is not None else ""
+    who = f"the pidesk host at {remote.url}" + (f" (pid {remote.pid})" if remote.pid is not None else "")
+    runs = f"runs {theirs}" if theirs else "runs the model it was started with"
+    raise PideskError(
+        f"{who}{served} and {runs}; it cannot run --model {model}. Drop --model to use "
+        f"{theirs or 'its model'}, stop that host to run {model} in this data dir, or pass another "
+        "--data-dir to run it in a host of its own", Code.MODEL_NOT_CONFIGURED)
 
 
 class Embedded:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -53,31 +54,34 @@ def main() -> None:
 @click.option("--mode", type=click.Choice(["agent", "plan", "goal"]), default="agent", show_default=True)
 @click.option("--permission", "permission_mode", type=click.Choice(["ask", "accept-edits", "auto"]),
               default="ask", show_default=True, help="An Ask that nobody can answer fails the run.")
-@click.option("--model", default=None, help="PROVIDER/MODEL, e.g. scripted/examples/notes.json")
+@click.option("--model", default=None,
+              help="PROVIDER/MODEL, e.g. scripted/examples/notes.json (a running host must run this model).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print every event as one JSON line.")
 def run(project: Path, prompt: str, mode: str, permission_mode: str, model: str | None,
         data_dir: Path | None, as_json: bool) -> None:
-    """Run PROMPT unattended in PROJECT with an embedded host; exit non-zero with the error code on failure."""
+    """Run PROMPT unattended in PROJECT (through the running host, else an embedded one); exit non-zero
+    with the error code on failure."""
     import asyncio
 
     from pidesk.cli.run import run_unattended
     from pidesk.config import HostConfig
 
     config = HostConfig.from_environ(data_dir=data_dir, model=model)
-    _leave(asyncio.run(run_unattended(config, project.resolve(), prompt, mode, permission_mode, as_json)))
+    _leave(asyncio.run(run_unattended(config, project.resolve(), prompt, mode, permission_mode, as_json, model)))
 
 
 @main.command()
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
-def status(data_dir: Path | None) -> None:
-    """Open the data directory (recovering it if needed) and summarise what it holds."""
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def status(data_dir: Path | None, as_json: bool) -> None:
+    """Summarise what the data directory holds: the running host's view, else opened (and recovered) here."""
     import asyncio
 
     from pidesk.cli.run import show_status
     from pidesk.config import HostConfig
 
-    asyncio.run(show_status(HostConfig.from_environ(data_dir=data_dir)))
+    asyncio.run(show_status(HostConfig.from_environ(data_dir=data_dir), as_json))
 
 
 @main.command()
@@ -131,30 +135,67 @@ _add_groups()
 
 @main.command()
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
-def doctor(data_dir: Path | None) -> None:
-    """Check the store's integrity, rebuild the index from the transcripts, report quarantined tails."""
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def doctor(data_dir: Path | None, as_json: bool) -> None:
+    """Check the store's integrity, rebuild the index from the transcripts, report quarantined tails.
+
+    While a host serves the data dir, only the checks run, through that host; the repairs
+    need it stopped.
+    """
+    from pidesk.cli.connect import running_host
     from pidesk.config import HostConfig
+
+    config = HostConfig.from_environ(data_dir=data_dir)
+    remote = running_host(config.data_dir)
+    if remote is not None:
+        import asyncio
+
+        report = asyncio.run(remote.call("host.doctor"))
+        report = {"dataDir": str(config.data_dir), "host": {"url": remote.url, "pid": remote.pid},
+                  "repaired": False, **report}
+        if as_json:
+            click.echo(json.dumps(report, indent=2))
+        else:
+            click.echo(f"host: serving at {remote.url} (pid {remote.pid}); checked through it, nothing repaired")
+            click.echo(f"integrity: {report['integrity']}")
+            click.echo(f"sessions: {report['sessions']}")
+            for session_id in report["missingTranscripts"]:
+                click.echo(f"session without a transcript: {session_id}")
+            for path in report["quarantined"]:
+                click.echo(f"quarantined tail: {path}")
+            click.echo(f"repairs (rebuilding the index from the transcripts) need the host stopped: stop it "
+                       f"(Ctrl+C where it runs, or kill {remote.pid}), then run `pidesk doctor` again")
+        if report["integrity"] != "ok" or report["missingTranscripts"]:
+            sys.exit(1)
+        return
+
     from pidesk.store import Store
     from pidesk.store.lock import DataDirLock
 
-    config = HostConfig.from_environ(data_dir=data_dir)
     lock = DataDirLock(config.data_dir)
     try:
         store = Store(config.data_dir)
-        report = store.rebuild_index()
+        rebuilt = store.rebuild_index()
         quarantined = [str(p) for p in store.transcripts.quarantined()]
         store.close()
     finally:
         lock.release()
-    click.echo(f"integrity: {report.integrity}")
-    click.echo(f"rebuilt: {report.sessions} sessions, {report.messages} messages from their transcripts")
-    for session_id in report.boot.restored_sessions:
-        click.echo(f"restored orphaned session: {session_id}")
-    for session_id in report.missing_transcripts:
-        click.echo(f"session without a transcript: {session_id}")
-    for path in quarantined:
-        click.echo(f"quarantined tail: {path}")
-    if report.integrity != "ok" or report.missing_transcripts:
+    if as_json:
+        click.echo(json.dumps({
+            "dataDir": str(config.data_dir), "host": None, "repaired": True, "integrity": rebuilt.integrity,
+            "sessions": rebuilt.sessions, "messages": rebuilt.messages,
+            "restoredSessions": rebuilt.boot.restored_sessions, "missingTranscripts": rebuilt.missing_transcripts,
+            "quarantined": quarantined}, indent=2))
+    else:
+        click.echo(f"integrity: {rebuilt.integrity}")
+        click.echo(f"rebuilt: {rebuilt.sessions} sessions, {rebuilt.messages} messages from their transcripts")
+        for session_id in rebuilt.boot.restored_sessions:
+            click.echo(f"restored orphaned session: {session_id}")
+        for session_id in rebuilt.missing_transcripts:
+            click.echo(f"session without a transcript: {session_id}")
+        for path in quarantined:
+            click.echo(f"quarantined tail: {path}")
+    if rebuilt.integrity != "ok" or rebuilt.missing_transcripts:
         sys.exit(1)
 
 
@@ -164,14 +205,14 @@ def doctor(data_dir: Path | None) -> None:
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--url", default=None)
 @click.option("--token", default=None)
-@click.option("--model", default=None, help="PROVIDER/MODEL for an embedded host.")
+@click.option("--model", default=None, help="PROVIDER/MODEL (a running host must run this model).")
 def chat(project: Path | None, session_id: str | None, data_dir: Path | None, url: str | None,
          token: str | None, model: str | None) -> None:
     """Chat with an agent in PROJECT (a running host, else an embedded one)."""
     import asyncio
 
     from pidesk.cli.chat import run_chat
-    from pidesk.cli.connect import embedded, running_host
+    from pidesk.cli.connect import Remote, embedded, insist_on_model, running_host
     from pidesk.cli.link import EmbeddedLink, RemoteLink
     from pidesk.config import HostConfig
 
@@ -179,11 +220,10 @@ def chat(project: Path | None, session_id: str | None, data_dir: Path | None, ur
     where = str(project.resolve()) if project else None
 
     async def go() -> None:
-        remote = (url, token) if url and token else None
-        found = running_host(config.data_dir) if remote is None else None
-        if remote or found:
-            target_url, target_token = remote or (found.url, found.token)  # type: ignore[union-attr]
-            await run_chat(RemoteLink(target_url, target_token), where, session_id)
+        target = Remote(url.rstrip("/"), token) if url and token else running_host(config.data_dir)
+        if target is not None:
+            await insist_on_model(target, model, None if url and token else config.data_dir)
+            await run_chat(RemoteLink(target.url, target.token), where, session_id)
             return
         async with embedded(config) as host:
             await run_chat(EmbeddedLink(host), where, session_id)

@@ -1,26 +1,36 @@
-"""``pidesk run`` (unattended, through the running host or an embedded one) and ``pidesk status``."""
+"""``pidesk run`` (unattended, through the running host or an embedded one) and ``pidesk status``.
+
+Everything ``run`` can refuse by itself — an empty prompt, a Plan/Goal mode, a ``--model`` the
+running host would ignore — it refuses before it creates anything: no session, no data dir.
+``status`` asks the running host when there is one, else opens the data dir itself.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 import click
 
-from pidesk.cli.connect import embedded, running_host
+from pidesk.cli.connect import embedded, insist_on_model, running_host
 from pidesk.cli.link import EmbeddedLink, RemoteLink
 from pidesk.config import HostConfig
-from pidesk.core.errors import Code, Conflict
+from pidesk.core.errors import Code, Conflict, InvalidParams, PideskError
 
 
 async def run_unattended(config: HostConfig, project: Path, prompt: str, mode: str, permission_mode: str,
-                         as_json: bool) -> int:
+                         as_json: bool, model: str | None = None) -> int:
+    """``model``: the ``--model`` given, if any (``config.model`` also holds PIDESK_MODEL and the config file's)."""
+    if not prompt.strip():  # argv cannot hold a NUL nor a megabyte: this is the host's only other refusal
+        raise InvalidParams("the prompt is empty: say what to do, e.g. pidesk run . \"add a README\"")
     if mode != "agent":
         raise Conflict(f"{mode.title()} mode needs an interactive session to approve its contract; "
                        "run it with `pidesk chat`, or use --mode agent", Code.PLAN_REQUIRES_INTERACTIVE_SESSION)
     remote = running_host(config.data_dir)
     if remote is not None:
+        await insist_on_model(remote, model, config.data_dir)
         return await _run(RemoteLink(remote.url, remote.token), project, prompt, permission_mode, as_json)
     async with embedded(config) as host:
         return await _run(EmbeddedLink(host, "run"), project, prompt, permission_mode, as_json)
@@ -30,7 +40,13 @@ async def _run(link: Any, project: Path, prompt: str, permission_mode: str, as_j
     async with link:
         session = await link.call("session.create", {"projectPath": str(project), "permissionMode": permission_mode})
         events = link.events()
-        started = await link.call("agent.prompt", {"sessionId": session["id"], "text": prompt, "unattended": True})
+        try:
+            started = await link.call("agent.prompt", {"sessionId": session["id"], "text": prompt,
+                                                       "unattended": True})
+        except PideskError:  # refused before any turn began: leave no empty session behind
+            with contextlib.suppress(PideskError):
+                await link.call("session.delete", {"sessionId": session["id"]})
+            raise
         async for event in events:
             if event.get("sessionId") not in (None, session["id"]):
                 continue
@@ -61,13 +77,51 @@ def _print(event: dict[str, Any]) -> None:
         click.echo(f"\n[turn {event['reason']}{code}]")
 
 
-async def show_status(config: HostConfig) -> None:
-    async with embedded(config, "scripted") as host:
-        status = await host.call("host.status", {})
-        click.echo(f"data dir: {config.data_dir}")
-        for key, value in status.items():
-            click.echo(f"{key}: {value}")
-        if host.recovery is not None:
-            click.echo(f"recovered at open: {host.recovery.interrupted}")
-            for path in host.recovery.boot.quarantined:
-                click.echo(f"quarantined transcript tail: {path}")
+async def show_status(config: HostConfig, as_json: bool) -> None:
+    """The running host's counts (``host.status``), else the data dir's, opened here (recovering it if needed)."""
+    report: dict[str, Any] = {"dataDir": str(config.data_dir)}
+    remote = running_host(config.data_dir)
+    if remote is not None:
+        report["host"] = {"url": remote.url, "pid": remote.pid}
+        report.update(await remote.call("host.status"))
+    else:
+        report["host"] = None
+        async with embedded(config, "scripted") as host:
+            report.update(await host.call("host.status", {}))
+            if host.recovery is not None:
+                report["recovered"] = {"interrupted": host.recovery.interrupted,
+                                       "heldQueues": host.recovery.held_queues,
+                                       "restoredSessions": host.recovery.boot.restored_sessions,
+                                       "quarantined": host.recovery.boot.quarantined}
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(f"data dir: {report['dataDir']}")
+    if remote is not None:
+        click.echo(f"host: serving at {remote.url} (pid {remote.pid})")
+    else:
+        click.echo("host: not running (the data dir was opened here)")
+    click.echo(f"sessions: {report['sessions']}")
+    click.echo(f"running turns: {report['running']}")
+    click.echo(f"pending plan approvals: {report['pendingApprovals']}")
+    click.echo(f"queued prompts: {report['queued']}")
+    recovered = report.get("recovered")
+    if recovered is None:
+        return
+    counts = [_count(n, what) for what, n in recovered["interrupted"].items() if n]
+    click.echo(f"interrupted at open: {', '.join(counts)}" if counts else "interrupted at open: nothing")
+    for session_id in recovered["heldQueues"]:
+        click.echo(f"queued prompts held since the restart, until a client resumes them: {session_id}")
+    for session_id in recovered["restoredSessions"]:
+        click.echo(f"restored orphaned session: {session_id}")
+    for path in recovered["quarantined"]:
+        click.echo(f"quarantined transcript tail: {path}")
+
+
+_NOUNS = {"turns": "turn", "permissions": "permission request", "approvals": "plan approval",
+          "executions": "plan execution"}
+
+
+def _count(n: int, what: str) -> str:
+    noun = _NOUNS.get(what, what)
+    return f"{n} {noun}" + ("s" if n != 1 else "")

@@ -27,7 +27,7 @@ from pidesk.core.errors import Code, Conflict, InvalidParams, NotFound, PideskEr
 from pidesk.core.events import AnyEvent, TurnEnded, event_payload
 from pidesk.core.modes import TurnOrigin
 from pidesk.core.records import Attachment, AttachmentBlock, Block, Draft, Session, TextBlock, Turn
-from pidesk.host import validate
+from pidesk.host import doctor, validate
 from pidesk.host.approvals import Approvals
 from pidesk.host.bus import EventBus, Subscription
 from pidesk.host.context import HostTurnContext
@@ -160,6 +160,10 @@ class Host:
                 "pendingApprovals": len(repo.approvals(db, pending=True)),
                 "queued": repo.count_queued(db),
             }
+
+    async def host_doctor(self) -> dict[str, Any]:
+        """A pidesk addition: ``pidesk doctor``'s read-only checks while this host holds the data dir."""
+        return await doctor.look(self.parts)
 
     # ---- session.* --------------------------------------------------------------------
 
@@ -432,7 +436,7 @@ class Host:
 METHODS: dict[str, str] = {
     name: re.sub(r"([A-Z])", r"_\1", name.replace(".", "_")).lower()
     for name in (
-        "host.hello", "host.status",
+        "host.hello", "host.status", "host.doctor",
         "session.create", "session.list", "session.get", "session.turns", "session.delete", "session.rename",
         "session.setMode", "session.setPermissionMode", "session.fork", "session.focus",
         "agent.prompt", "agent.steer", "agent.stop", "agent.abort",

@@ -18,6 +18,7 @@ CASES: list[tuple[str, dict, str]] = [
     ("host.hello", {"protocolVersion": 99}, "PROTOCOL_MISMATCH"),
     ("host.hello", {}, "INVALID_PARAMS"),
     ("host.status", {"verbose": True}, "INVALID_PARAMS"),
+    ("host.doctor", {"repair": True}, "INVALID_PARAMS"),
     ("notifications.list", {"unseenOnly": "yes"}, "INVALID_PARAMS"),
     ("session.create", {"projectPath": "relative/path"}, "INVALID_PARAMS"),
     ("session.create", {"projectPath": "/definitely/not/here"}, "INVALID_PARAMS"),
