@@ -10,6 +10,12 @@ hidden or answer ``PLAN_REQUIRES_INTERACTIVE_SESSION``) it does that work
 directly in Agent mode instead.
 It never needs a network or a key, and every step goes through the host like a
 real model's would.
+
+It listens, a little: the plan quotes the request, and a revision after a
+rejection takes the feedback in (a file the feedback names, like ``SUMMARY.md``,
+becomes the file to write; the feedback itself becomes a step), so the revision
+diff shows a real change offline. The execution writes the file the approved
+plan names.
 """
 
 from __future__ import annotations
@@ -56,9 +62,10 @@ def _next_step(request: ModelRequest) -> tuple[str, list[tuple[str, dict[str, An
         return "Both criteria are verifiable now.", [("ReportCriteria", {"results": [
             {"criterion": c, "outcome": "met", "evidence": f"{NOTES} was written in this turn"} for c in CRITERIA]})]
     if _is_execution(turn):
+        target = _approved_target(turn[0].text())
         if not _called(turn, "Write"):
-            return "Carrying out the approved plan.", [("Write", _notes_args(request.messages))]
-        return f"Done: {NOTES} is written, as the plan said.", []
+            return "Carrying out the approved plan.", [("Write", _notes_args(request.messages, target))]
+        return f"Done: {target} is written, as the plan said.", []
     kind = "goal" if "SubmitGoal" in tools else "plan" if "SubmitPlan" in tools else None
     if kind is None:
         if "EnterPlanMode" in tools and not _refused(turn, "PLAN_REQUIRES_INTERACTIVE_SESSION"):
@@ -73,18 +80,25 @@ def _next_step(request: ModelRequest) -> tuple[str, list[tuple[str, dict[str, An
         first = next((name for name in _READ_FIRST if name in listing.splitlines()), None)
         if first is not None:
             return f"Reading {first}.", [("Read", {"path": first, "limit": 40})]
-    return _submit(kind, _last_result(turn, "Glob"))
+    return _submit(kind, _last_result(turn, "Glob"), _request(request.messages), _feedback(request.messages))
 
 
-def _submit(kind: str, listing: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+def _submit(kind: str, listing: str, asked: str, feedback: str | None) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     files = _files(listing)[:12]
     shown = "\n".join(f"- `{name}`" for name in files) or "- (no files)"
     if kind == "plan":
-        markdown = (f"# Write {NOTES}\n\nThe project's files:\n\n{shown}\n\n## Steps\n\n"
-                    f"1. Write `{NOTES}` with a short description and the list above.\n"
-                    "2. Change nothing else.\n")
-        return "Here is my plan.", [("SubmitPlan", {"title": f"Write {NOTES}", "markdown": markdown,
-                                                    "question": f"May I write {NOTES}?"})]
+        target = _named_file(feedback or "") or _named_file(asked) or NOTES
+        steps = [f"Write `{target}` with a short description and the list above.", "Change nothing else."]
+        revised = ""
+        if feedback:
+            steps.insert(1, f"Follow your feedback: {feedback}")
+            revised = f"## Revised after your feedback\n\n> {feedback}\n\n"
+        numbered = "".join(f"{n}. {step}\n" for n, step in enumerate(steps, 1))
+        markdown = (f"# Write {target}\n\nYou asked: “{asked}”.\n\n{revised}The project's files:\n\n{shown}\n\n"
+                    f"## Steps\n\n{numbered}")
+        say = "I revised the plan with your feedback." if feedback else "Here is my plan."
+        return say, [("SubmitPlan", {"title": f"Write {target}", "markdown": markdown,
+                                     "question": f"May I write {target}?"})]
     criteria = "\n".join(f"- {c}" for c in CRITERIA)
     markdown = (f"# Goal: a {NOTES} for this project\n\n## Acceptance criteria\n\n{criteria}\n\n"
                 "## Boundaries\n\n- Only NOTES.md is created; nothing else changes.\n")
@@ -106,14 +120,51 @@ def _refused(turn: list[Message], code: str) -> bool:
     return any(isinstance(b, ToolResultBlock) and b.error_code == code for m in turn for b in m.content)
 
 
-def _notes_args(messages: list[Message]) -> dict[str, Any]:
+def _notes_args(messages: list[Message], target: str = NOTES) -> dict[str, Any]:
     listing = ""
     for message in messages:
         for block in message.content:
             if isinstance(block, ToolResultBlock) and block.name == "Glob" and block.ok:
                 listing = block.output
     body = "\n".join(f"- {name}" for name in _files(listing)[:40]) or "- (empty)"
-    return {"path": NOTES, "content": f"# Notes\n\nWritten by the pidesk demo model.\n\n## Files\n\n{body}\n"}
+    return {"path": target, "content": f"# Notes\n\nWritten by the pidesk demo model.\n\n## Files\n\n{body}\n"}
+
+
+_FILE_NAME = re.compile(r"(?<![\w./-])([\w-]+\.(?:md|txt|rst))\b", re.IGNORECASE)
+_APPROVED_TARGET = re.compile(r"^# Write (\S+)\s*$", re.MULTILINE)
+
+
+def _named_file(text: str) -> str | None:
+    """A plain file name the text mentions (``SUMMARY.md``), if any: the user's choice of file."""
+    found = _FILE_NAME.search(text)
+    return found.group(1) if found else None
+
+
+def _approved_target(instruction: str) -> str:
+    """The file the approved plan (carried in the execution's first message) says to write."""
+    found = _APPROVED_TARGET.search(instruction)
+    name = found.group(1).strip("`") if found else NOTES
+    return name if _named_file(name) == name else NOTES
+
+
+def _request(messages: list[Message]) -> str:
+    """The user's first request in the conversation, on one line."""
+    for message in messages:
+        if message.role == "user" and not message.text().startswith("Approved "):
+            return " ".join(message.text().split())[:200]
+    return ""
+
+
+def _feedback(messages: list[Message]) -> str | None:
+    """The feedback of the latest rejected plan, if the agent has not submitted since."""
+    for message in reversed(messages):
+        for block in message.content:
+            if isinstance(block, ToolResultBlock) and block.name in ("SubmitPlan", "SubmitGoal"):
+                if block.error_code != "PLAN_REJECTED":
+                    return None
+                _, _, text = block.output.partition("Feedback: ")
+                return " ".join(text.split()) or None
+    return None
 
 
 def _files(listing: str) -> list[str]:

@@ -68,3 +68,30 @@ async def test_demo_respects_a_rejection(make_host, sample):
     await ended(sub, turn["turnId"])
     assert not (sample / "NOTES.md").exists()
     assert (await state(host, s["id"]))["session"]["mode"] == "plan"
+
+
+async def test_demo_revises_its_plan_with_the_feedback(make_host, sample):
+    """Issue 18 item 20: the demo model ignored the request and the feedback (always NOTES.md, revision diff
+    +0 -0); its plan quotes the request, its revision takes the feedback in, and it writes the file asked for."""
+    host = make_host(provider=DemoProvider())
+    s = await session(host, sample, mode="plan")
+    sub = host.subscribe()
+    turn = await prompt(host, s["id"], "document the project for newcomers")
+    first = (await plan_requested(sub)).approval
+    v1 = (sample / first.artifact_path).read_text()
+    assert "document the project for newcomers" in v1
+    await host.call("plans.resolve", {"approvalId": first.id, "sessionId": s["id"], "turnId": turn["turnId"],
+                                      "decision": "reject", "feedback": "Call it SUMMARY.md and mention the tests."})
+    await ended(sub, turn["turnId"])
+
+    turn = await prompt(host, s["id"], "Please revise the plan.")
+    second = (await plan_requested(sub)).approval
+    v2 = (sample / second.artifact_path).read_text()
+    assert second.revises == first.id and second.title == "Write SUMMARY.md"
+    assert v1 != v2 and "Call it SUMMARY.md and mention the tests." in v2 and "SUMMARY.md" not in v1
+    await host.call("plans.resolve", {"approvalId": second.id, "sessionId": s["id"], "turnId": turn["turnId"],
+                                      "decision": "approve", "permissionMode": "accept-edits"})
+    execution = await sub.wait_for(lambda e: isinstance(e, ev.TurnStarted) and e.origin == "execution")
+    assert (await ended(sub, execution.turn_id)).reason == "completed"
+    assert (sample / "SUMMARY.md").read_text().startswith("# Notes")
+    assert not (sample / "NOTES.md").exists()
