@@ -10,8 +10,8 @@ itself; it asks the host instead. This only looks — it changes no byte on disk
 
 The repairs — rebuilding the index from the transcripts, quarantining a torn tail, restoring an
 orphaned session — rewrite the store under the lock, so they stay with ``pidesk doctor`` on a
-stopped host. The checks run in a worker thread: the event loop keeps serving, though a write
-waits for the index while ``integrity_check`` reads it (milliseconds on a typical data dir).
+stopped host. The checks run in a worker thread, the integrity check on a connection of its own:
+the event loop keeps serving and writing meanwhile.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ async def look(parts: Parts) -> dict[str, Any]:
 
 def _look(parts: Parts) -> dict[str, Any]:
     store = parts.store
+    integrity = store.db.integrity()
     with store.db.read() as db:
-        integrity = "; ".join(str(row[0]) for row in db.execute("PRAGMA integrity_check"))
         indexed = set(repo.session_watermarks(db))
     on_disk = set(store.transcripts.session_ids())  # listed after the rows: a session's transcript precedes its row
     gone = indexed - on_disk

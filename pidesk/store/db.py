@@ -107,6 +107,16 @@ class Database:
         with self._lock:
             yield self.conn
 
+    def integrity(self) -> str:
+        """``PRAGMA integrity_check`` ("ok", else what it found) on a read-only connection of its own:
+        a check of a large index takes seconds, and holding the shared connection's lock for them
+        would stall every caller of ``read`` and ``tx`` — the event loop first (WAL lets both read)."""
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None)
+        try:
+            return "; ".join(str(row[0]) for row in conn.execute("PRAGMA integrity_check"))
+        finally:
+            conn.close()
+
     def _set_synchronous(self, level: str) -> None:
         if self._synchronous != level:
             self.conn.execute(f"PRAGMA synchronous={level}")
