@@ -29,7 +29,7 @@ from pidesk.core.events import ExecutionChanged, PlanRequested, PlanResolved
 from pidesk.core.modes import ApprovalStatus, ExecutionState, Mode, PermissionMode, PlanKind
 from pidesk.core.records import PlanApproval, ToolCallBlock
 from pidesk.core.transitions import ModeCause, change_mode
-from pidesk.host import validate
+from pidesk.host import render, validate
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.ids import iso, new_id, now_iso, parse_iso, utcnow
@@ -49,7 +49,7 @@ class Approvals:
         self.p = parts
 
     async def submit(self, live: LiveTurn, call: ToolCallBlock, kind: PlanKind) -> ToolOutcome:
-        problem = _check_contract_args(call.args, kind)
+        problem = _check_contract_args(call.args, kind) or render.oversized_contract(call.args)
         if problem is not None:
             return ToolOutcome(ToolResult.error(Code.INVALID_ARGUMENTS, problem))
         session = self.p.session(live.session_id)

@@ -39,7 +39,7 @@ from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
 from pidesk.host.queue import Queue
 from pidesk.host.recovery import Recovery, recover
-from pidesk.host.render import render_markdown
+from pidesk.host.render import render_html
 from pidesk.host.schedules import Schedules
 from pidesk.host.sessions import Sessions
 from pidesk.host.turns import Turns
@@ -226,7 +226,7 @@ class Host:
     # ---- markdown.render (a pidesk addition: see docs/protocol-notes.md) ----------------
 
     async def markdown_render(self, text: Any) -> dict[str, str]:
-        return {"html": render_markdown(text)}
+        return {"html": await render_html(validate.text(text, "text", allow_empty=True))}
 
     # ---- attachments.put (a pidesk addition: see docs/protocol-notes.md) ----------------
 
@@ -353,7 +353,7 @@ class Host:
         approval, markdown = self.approvals.get(approval_id)
         out: dict[str, Any] = msgspec.to_builtins(approval)
         out["markdown"] = markdown
-        out["html"] = render_markdown(markdown)
+        out["html"] = await render_html(markdown)  # never fails: a plan too long or slow to format is shown plain
         return out
 
     async def plans_resolve(self, approval_id: Any, session_id: Any, turn_id: Any, decision: Any,

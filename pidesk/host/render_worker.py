@@ -1,0 +1,83 @@
+"""The Markdown renderer, and the worker process that runs it for the host (``python -I render_worker.py``).
+
+markdown-it-py in CommonMark mode (plus tables) with raw HTML disabled — any
+``<tag>`` in the source is shown as text — and links limited to http(s),
+mailto and relative URLs: a plan or an assistant message cannot inject markup
+or a ``javascript:`` link into the page that shows it.
+
+This module imports nothing of pidesk's, so the worker starts with nothing but
+markdown-it. Run as a script, it takes the host's ``sys.path`` (JSON) as its
+one argument, imports markdown-it, writes ``R`` (ready), then serves framed
+requests on stdin until EOF (the host is gone): a request is an 8-byte big-endian length and that many UTF-8 bytes of
+Markdown; the answer is ``+`` (HTML) or ``-`` (the error), an 8-byte length and
+that many UTF-8 bytes. Lone surrogates travel as ``surrogatepass``. Its
+address space is capped (``MEMORY_CAP``), so a pathological input fails here
+with ``MemoryError`` rather than starving the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import lru_cache
+from typing import Any, BinaryIO, Final
+
+SAFE_SCHEMES: Final = ("http:", "https:", "mailto:")
+MEMORY_CAP: Final = 2 << 30  # bytes of address space the worker may use
+HEADER: Final = 8  # bytes of a frame's length
+READY: Final = b"R"  # written once, when the worker can take requests
+
+
+@lru_cache(maxsize=1)
+def renderer() -> Any:
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
+    md.validateLink = safe_link  # type: ignore[method-assign]
+    return md
+
+
+def safe_link(url: str) -> bool:
+    lowered = url.strip().lower()
+    return ":" not in lowered.split("/", 1)[0] or lowered.startswith(SAFE_SCHEMES)
+
+
+def render(text: str) -> str:
+    html: str = renderer().render(text)
+    return html
+
+
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
+    """Answer framed requests until EOF (one request at a time, in order)."""
+    while True:  # ends at EOF: the host closed the pipe or is gone
+        header = stdin.read(HEADER)
+        if len(header) < HEADER:
+            return
+        size = int.from_bytes(header, "big")
+        data = stdin.read(size)
+        if len(data) < size:
+            return
+        try:
+            status, body = b"+", render(data.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
+        except Exception as exc:  # RecursionError, MemoryError…: the host shows the text unformatted
+            status, body = b"-", f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+        stdout.write(status + len(body).to_bytes(HEADER, "big") + body)
+        stdout.flush()
+
+
+def main() -> None:
+    sys.path[:] = json.loads(sys.argv[1])
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+    except (ImportError, ValueError, OSError):
+        pass  # no cap on this platform: the host's time bound still ends a runaway render
+    renderer()  # imported before the first request, so it does not count against that request's time
+    sys.stdout.buffer.write(READY)
+    sys.stdout.buffer.flush()
+    serve(sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    main()
