@@ -28,7 +28,9 @@ Design and invariants:
   costs nothing. A render killed for running the whole bound is cached as its
   plain answer, so the same text never holds the worker again; an answer cut
   short by waiting in line is not cached.
-- The thread is the worker's only user; the worker's address space is capped.
+- The thread is the worker's only user. It kills a render nobody waits for at
+  the end of its bound too. The worker's address space is capped, and on
+  Linux it dies with the host.
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ class _Worker:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             # -I and an explicit path: nothing of the host's working directory or environment is imported
-            [sys.executable, "-I", render_worker.__file__, json.dumps([os.path.abspath(p) for p in sys.path if p])],
+            [sys.executable, "-I", render_worker.__file__, json.dumps([os.path.abspath(p) for p in sys.path if p]),
+             str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C at the terminal is the host's to handle, not the worker's
         )
@@ -187,7 +190,14 @@ class MarkdownService:
 
     def _serve(self) -> None:
         while True:  # the host's lifetime: a daemon thread, blocked on the queue when idle
-            text, deadline, loop, answer = self._requests.get()
+            owed = self._worker is not None and self._worker.owed is not None
+            try:  # an answer still owed is collected, or its render killed, at the end of its bound
+                request = self._requests.get(timeout=self._owed_until() - time.monotonic() if owed else None)
+            except queue.Empty:
+                with suppress(OSError):
+                    self._free_worker(self._owed_until())
+                continue
+            text, deadline, loop, answer = request
             if answer.cancelled():
                 continue
             try:
@@ -225,6 +235,9 @@ class MarkdownService:
         if answer is None:
             return self._keep(key, plain(text, "Not formatted: the formatter could not read it"))
         return self._keep(key, answer)
+
+    def _owed_until(self) -> float:
+        return (self._worker.sent_at if self._worker is not None else 0.0) + self.time_bound
 
     def _free_worker(self, deadline: float) -> _Worker | None:
         """A running worker with no answer owed, or ``None`` if there is none by ``deadline``.

@@ -6,8 +6,8 @@ mailto and relative URLs: a plan or an assistant message cannot inject markup
 or a ``javascript:`` link into the page that shows it.
 
 This module imports nothing of pidesk's, so the worker starts with nothing but
-markdown-it. Run as a script, it takes the host's ``sys.path`` (JSON) as its
-one argument, imports markdown-it, writes ``R`` (ready), then serves framed
+markdown-it. Run as a script, it takes the host's ``sys.path`` (JSON) and pid
+as its arguments, dies with the host (Linux), imports markdown-it, writes ``R`` (ready), then serves framed
 requests on stdin until EOF (the host is gone): a request is an 8-byte big-endian length and that many UTF-8 bytes of
 Markdown; the answer is ``+`` (HTML) or ``-`` (the error), an 8-byte length and
 that many UTF-8 bytes. Lone surrogates travel as ``surrogatepass``. Its
@@ -18,6 +18,7 @@ with ``MemoryError`` rather than starving the machine.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from functools import lru_cache
 from typing import Any, BinaryIO, Final
@@ -67,6 +68,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
 
 def main() -> None:
     sys.path[:] = json.loads(sys.argv[1])
+    _die_with_host(int(sys.argv[2]))
     try:
         import resource
 
@@ -77,6 +79,19 @@ def main() -> None:
     sys.stdout.buffer.write(READY)
     sys.stdout.buffer.flush()
     serve(sys.stdin.buffer, sys.stdout.buffer)
+
+
+def _die_with_host(host: int) -> None:
+    """Linux: be killed when the host dies, even mid-render (stdin's EOF is only seen between requests)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != host:  # the host died before the request was made
+        os._exit(0)
 
 
 if __name__ == "__main__":
