@@ -189,6 +189,7 @@ class _Turn:
                 ), 0)
             return None
         unfinished = list(calls)
+        started: float | None = None  # when the call now running began
         try:
             for call in calls:
                 ctx.tool_started(call)
@@ -209,7 +210,9 @@ class _Turn:
         except asyncio.CancelledError:
             for call in unfinished:
                 code = Code.PLAN_APPROVAL_INTERRUPTED if call.name in _SUBMIT_TOOLS else Code.TOOL_ABORTED
-                await self.record(call, ToolResult.error(code, "the turn was aborted"), 0)
+                # the call that was running took real time; the ones after it never ran
+                ran = _ms_since(started) if started is not None and call is unfinished[0] else 0
+                await self.record(call, ToolResult.error(code, "the turn was aborted"), ran)
             raise
         return None
 

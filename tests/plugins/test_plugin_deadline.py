@@ -128,13 +128,16 @@ async def test_abort_ends_a_hanging_plugin_call_at_once(make_host, provider, pro
     s = await session(host, project)
     sub = host.subscribe()
     provider.enqueue(s["id"], tool("mcp__slow__hang"), {"text": "never asked for"})
+    began = time.monotonic()
     turn = await prompt(host, s["id"])
     request_id = await request_reached_server(started)
     async with asyncio.timeout(5):
         assert (await host.call("agent.abort", {"sessionId": s["id"]}))["aborted"] is True
+    wall_ms = (time.monotonic() - began) * 1000
     assert (await ended(sub, turn["turnId"])).reason == "aborted"
     [result] = tool_results((await state(host, s["id"]))["messages"], "mcp__slow__hang")
     assert result["errorCode"] == "TOOL_ABORTED"
+    assert 0 < result["durationMs"] <= wall_ms, "an aborted call's durationMs is not the time it ran"
     assert len(provider.requests) == 1
     assert await cancelled_on_server(host) == [request_id]
 
