@@ -165,6 +165,7 @@ class PermissionRequest(Record):
     status: PermissionStatus
     created_at: str
     resolved_at: str | None
+    preview: dict[str, Any] | None = None  # {diff, overwrites} for Write and Edit (issue 17)
 
 
 class Notification(Record):

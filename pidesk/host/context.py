@@ -16,6 +16,7 @@ from pidesk.core.events import MessageAppended, MessageDelta, SessionUpdated, To
 from pidesk.core.modes import Mode, PlanKind
 from pidesk.core.records import Block, Message, Session, ToolCallBlock, Usage
 from pidesk.core.transitions import ModeCause, change_mode
+from pidesk.host import checkpoints
 from pidesk.host.approvals import Approvals
 from pidesk.host.delegates import Delegates
 from pidesk.host.executions import Executions
@@ -123,6 +124,11 @@ class HostTurnContext:
         return await self.permissions.authorize(self.live, call)
 
     async def run_tool(self, call: ToolCallBlock) -> ToolOutcome:
+        outcome = await self._dispatch(call)
+        checkpoints.of(self.p).after_call(self.live, call.name)  # the workspace as the call left it (issue 17)
+        return outcome
+
+    async def _dispatch(self, call: ToolCallBlock) -> ToolOutcome:
         match call.name:
             case "EnterPlanMode":
                 return self._enter(Mode.PLAN)

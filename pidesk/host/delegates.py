@@ -21,6 +21,7 @@ from pidesk.core import policy
 from pidesk.core.errors import Code
 from pidesk.core.events import ToolFinished, ToolStarted
 from pidesk.core.records import Block, Message, TextBlock, ToolCallBlock, Usage
+from pidesk.host import checkpoints
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
@@ -160,7 +161,9 @@ class DelegateContext:
         tool = self._workspace_tools().get(call.name)
         if tool is None:
             return ToolOutcome(ToolResult.error(Code.TOOL_NOT_FOUND, f"{call.name} is not available to a delegate"))
-        return ToolOutcome(await run_tool(tool, call.args))
+        outcome = ToolOutcome(await run_tool(tool, call.args))
+        checkpoints.of(self.p).after_call(self.live, call.name)  # the workspace as the call left it (issue 17)
+        return outcome
 
     def may_end(self, nudged: bool) -> TurnEnd | Nudge:
         return Completed()

@@ -27,7 +27,7 @@ from pidesk.core.errors import Code, Conflict, InvalidParams, NotFound, PideskEr
 from pidesk.core.events import AnyEvent, TurnEnded, event_payload
 from pidesk.core.modes import TurnOrigin
 from pidesk.core.records import Attachment, AttachmentBlock, Block, Draft, Session, TextBlock, Turn
-from pidesk.host import doctor, validate
+from pidesk.host import checkpoints, doctor, validate
 from pidesk.host.approvals import Approvals
 from pidesk.host.bus import EventBus, Subscription
 from pidesk.host.context import HostTurnContext
@@ -122,6 +122,7 @@ class Host:
             self._scheduler.cancel()
             await asyncio.gather(self._scheduler, return_exceptions=True)
         await self.turns.shutdown()
+        await checkpoints.of(self.parts).close()
         await self.schedules.close()
         if self.parts.plugin_tools is not None:
             await self.parts.plugin_tools.close()
@@ -186,7 +187,7 @@ class Host:
                 "session": session, "messages": messages, "hasMore": has_more,
                 "queue": repo.queue_entries(db, session.id),
                 "pendingApproval": pending[0] if pending else None,
-                "pendingPermissions": repo.pending_requests(db, session.id),
+                "pendingPermissions": self.permissions.with_previews(repo.pending_requests(db, session.id)),
             }
 
     async def session_turns(self, session_id: Any, limit: Any = None) -> dict[str, list[Turn]]:
@@ -200,6 +201,14 @@ class Host:
 
     async def session_rename(self, session_id: Any, title: Any) -> Session:
         return self.sessions.rename(session_id, title)
+
+    async def session_changes(self, session_id: Any, turn_id: Any = None) -> dict[str, Any]:
+        """What each turn changed in the workspace (PROTOCOL.md "Additions"; host/checkpoints.py)."""
+        return await checkpoints.of(self.parts).changes(session_id, turn_id)
+
+    async def session_revert(self, session_id: Any, turn_id: Any) -> dict[str, Any]:
+        """The workspace back to its state before a turn (or a revert), when idle."""
+        return await checkpoints.of(self.parts).revert(session_id, turn_id)
 
     async def projects_check(self, path: Any) -> dict[str, Any]:
         return self.sessions.check_project(path)
@@ -439,6 +448,7 @@ METHODS: dict[str, str] = {
         "host.hello", "host.status", "host.doctor",
         "session.create", "session.list", "session.get", "session.turns", "session.delete", "session.rename",
         "session.setMode", "session.setPermissionMode", "session.fork", "session.focus",
+        "session.changes", "session.revert",
         "agent.prompt", "agent.steer", "agent.stop", "agent.abort",
         "agent.queue.push", "agent.queue.list", "agent.queue.remove", "agent.queue.prioritize",
         "agent.queue.sendNow",

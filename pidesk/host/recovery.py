@@ -10,6 +10,8 @@
    turns → aborted (``PLAN_EXECUTION_INTERRUPTED`` for executions, else
    ``INTERRUPTED``), every session idle. Nothing is replayed.
 3. Sessions with queued prompts are held until a client focuses them.
+4. A revert a crash interrupted (its marker, ``store/checkpoints.py``) is audited
+   ``workspace.revert_interrupted`` with its files; each stands as it was or as restored.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pidesk.core.events import TurnEnded
 from pidesk.core.modes import TurnReason
 from pidesk.host.parts import Parts
 from pidesk.store import BootReport, repo
+from pidesk.store.checkpoints import clear_interrupted_reverts, interrupted_reverts
 from pidesk.tools.watchdog import kill_recorded
 
 
@@ -37,13 +40,18 @@ def recover(parts: Parts) -> Recovery:
     killed = kill_recorded((g.pgid, g.start, g.boot_id) for g in groups.recorded())
     boot = parts.store.reconcile()
     boot.killed_process_groups = killed
+    reverts = interrupted_reverts(parts.store.data_dir)
     with parts.store.db.tx() as db:
+        for note in reverts:  # each file stands as it was or as restored; the user reverts again
+            repo.audit(db, "workspace.revert_interrupted", note.get("session"), None, turn=note.get("turn"),
+                       revert_id=note.get("revertId"), files=note.get("files", []))
         running = repo.running_turns(db)
         counts = repo.interrupt_everything(db)
         if any(counts.values()) or boot.restored_sessions or boot.quarantined or killed:
             repo.audit(db, "host.recovered", None, None, **counts, restored=boot.restored_sessions,
                        quarantined=boot.quarantined, killed_process_groups=killed)
     groups.clear()  # (after the audit: a crash before it kills them again, or finds them gone)
+    clear_interrupted_reverts(parts.store.data_dir)  # (after the audit too: reported at least once)
     with parts.store.db.read() as db:
         held = repo.sessions_with_queue(db)
     parts.live.held_queues.update(held)

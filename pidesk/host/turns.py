@@ -47,6 +47,7 @@ from pidesk.core.events import (
 )
 from pidesk.core.modes import ExecutionState, NotificationKind, SessionStatus, TurnOrigin, TurnReason
 from pidesk.core.records import Block, Draft, Message, Notification
+from pidesk.host import checkpoints
 from pidesk.host.delegates import Delegates
 from pidesk.host.delegates import cancel as cancel_delegates
 from pidesk.host.live import GoalProgress, LiveTurn
@@ -149,6 +150,7 @@ class Turns:
             if fail_before_model is not None:
                 end: TurnEnd = Failed(fail_before_model)
             else:
+                await checkpoints.of(self.p).before_turn(live)  # the workspace before the turn (issue 17)
                 assert self.context_factory is not None
                 ctx = self.context_factory(live)
                 end = await run_turn(ctx, self.p.provider, self.p.gate)  # type: ignore[arg-type]

@@ -1,0 +1,296 @@
+"""Checkpoints (issue 17): when the workspace is recorded, what each turn changed, and reverts.
+
+The store's ``ShadowRepo`` (``store/checkpoints.py``) does the recording; this
+module decides when, and attributes:
+
+- A checkpoint before each turn's first model request (``before_turn``, awaited:
+  the turn's "before" state), and after each call of a tool that can change the
+  workspace — Write, Edit, Bash, plugin tools, delegates' calls (``after_call``).
+  The latter is not awaited by the turn: it runs as a task, so the next model
+  request overlaps it. Every git operation on one root runs under that root's
+  ``asyncio.Lock`` (FIFO), so checkpoints are recorded in the order taken, and a
+  ``session.changes``, a ``session.revert`` or the next turn's checkpoint sees
+  every checkpoint a finished turn started.
+- A call checkpoint whose tree differs from the root's previous one is journaled
+  as ``{k: "call", s, t, prev, tree}``. A turn's changes are, for the files its
+  own calls changed (prev → tree of each), the diff from the turn's "before" tree
+  to its last tree. Two sessions in one project share the root's journal: a
+  file counts for the turn whose call's checkpoint first saw it change.
+- A checkpoint never fails or blocks a turn. A failure (git missing, a full
+  disk, a timeout) is audited ``checkpoint.failed`` on the turn (once per turn)
+  and shown as the ``note`` of ``session.changes``; a root with too many files
+  turns checkpoints off for it (``checkpoints.off``, audited once per session).
+- ``revert``: idle only — the session and every other session on the same root
+  (``AGENT_BUSY``). Under the root's lock: a snapshot of now (so hand edits are
+  reverted too, and can be restored), the restore, a snapshot of the result, the
+  journal line ``{k: "revert", id, prev, tree}`` (synced) and the audit entry
+  ``workspace.reverted``. A revert is listed by ``session.changes`` under its id,
+  which ``session.revert`` accepts: reverting it restores the state it replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import logging
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pidesk.core.errors import Code, Conflict, NotFound, PideskError
+from pidesk.host import validate
+from pidesk.host.live import LiveTurn
+from pidesk.host.parts import Parts
+from pidesk.ids import new_id, now_iso
+from pidesk.store import Store, repo
+from pidesk.store.checkpoints import CheckpointError, ShadowRepo, TooLarge
+
+log = logging.getLogger("pidesk.checkpoints")
+
+CHANGING_TOOLS = frozenset({"Write", "Edit", "Bash"})
+PREVIEW_LIMIT = 1024 * 1024  # bytes of an existing file a permission preview reads
+
+
+@dataclass
+class _Project:
+    repo: ShadowRepo
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last: str | None = None  # the tree of the last checkpoint recorded
+    off: str | None = None  # why checkpoints are off for this root
+    note: str | None = None  # the last failure, until a checkpoint succeeds
+    queued: tuple[str, str] | None = None  # (session, turn) of a call checkpoint waiting for the lock
+    failed_turns: set[str] = field(default_factory=set)
+    noted_sessions: set[str] = field(default_factory=set)
+
+
+_BY_STORE: weakref.WeakKeyDictionary[Store, Checkpoints] = weakref.WeakKeyDictionary()
+
+
+def of(parts: Parts) -> Checkpoints:
+    """The host's checkpoints (one per store, made on first use)."""
+    found = _BY_STORE.get(parts.store)
+    if found is None:
+        found = _BY_STORE[parts.store] = Checkpoints(parts)
+    return found
+
+
+class Checkpoints:
+    def __init__(self, parts: Parts) -> None:
+        self.p = parts
+        self.size_cap: int | None = None  # None: the store's defaults
+        self.max_files: int | None = None
+        self._projects: dict[Path, _Project] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _project(self, root: Path) -> _Project:
+        project = self._projects.get(root)
+        if project is None:
+            limits = {k: v for k, v in (("size_cap", self.size_cap), ("max_files", self.max_files)) if v is not None}
+            shadow = ShadowRepo(self.p.store.data_dir, root, faults=self.p.store.faults, **limits)
+            project = self._projects[root] = _Project(shadow)
+            entries = shadow.entries()
+            project.last = entries[-1].get("tree") if entries else None
+        return project
+
+    # ---- hooks ------------------------------------------------------------------------
+
+    async def before_turn(self, live: LiveTurn) -> None:
+        """The workspace before the turn's first model request; never raises but a cancellation."""
+        task = self._spawn(live.session_id, live.turn_id, "turn")
+        if task is not None:
+            await asyncio.shield(task)
+
+    def after_call(self, live: LiveTurn, tool: str) -> None:
+        """After a call of ``tool``: record the workspace as it left it (in the background)."""
+        plugins = self.p.plugin_tools
+        if tool in CHANGING_TOOLS or (plugins is not None and plugins.risk_of(tool) is not None):
+            self._spawn(live.session_id, live.turn_id, "call")
+
+    def _spawn(self, session_id: str, turn_id: str, kind: str) -> asyncio.Task[None] | None:
+        try:
+            root = Path(self.p.session(session_id).root)
+        except PideskError:
+            return None
+        project = self._project(root)
+        if project.off is not None:
+            self._note_off(project, session_id, turn_id)
+            return None
+        if kind == "call" and project.queued == (session_id, turn_id):
+            return None  # the waiting one will see this call's changes too
+        if kind == "call":
+            project.queued = (session_id, turn_id)
+        task = asyncio.create_task(self._record(project, session_id, turn_id, kind), name=f"checkpoint {turn_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _record(self, project: _Project, session_id: str, turn_id: str, kind: str) -> None:
+        async with project.lock:
+            if kind == "call" and project.queued == (session_id, turn_id):
+                project.queued = None
+            if project.off is not None:
+                return
+            try:
+                tree = await project.repo.snapshot()
+                if kind == "turn" or tree != project.last:
+                    entry: dict[str, str | None] = {"k": kind, "s": session_id, "t": turn_id, "tree": tree, "at": now_iso()}
+                    if kind == "call":
+                        entry["prev"] = project.last
+                    await asyncio.to_thread(project.repo.append, entry)
+                project.last = tree
+                project.note = None
+            except TooLarge as exc:
+                project.off = f"checkpoints are off for this project: {exc}"
+                self._note_off(project, session_id, turn_id)
+            except Exception as exc:  # a checkpoint never fails the turn
+                log.warning("checkpoint of %s failed: %s", project.repo.root, exc)
+                project.note = f"a checkpoint failed: {exc}" + (
+                    "" if isinstance(exc, CheckpointError) else " (check the data dir's disk)")
+                if turn_id not in project.failed_turns:
+                    project.failed_turns.add(turn_id)
+                    self._audit("checkpoint.failed", session_id, turn_id, error=str(exc)[:500])
+
+    def _note_off(self, project: _Project, session_id: str, turn_id: str) -> None:
+        if session_id not in project.noted_sessions:
+            project.noted_sessions.add(session_id)
+            self._audit("checkpoints.off", session_id, turn_id, reason=project.off)
+
+    def _audit(self, action: str, session_id: str, turn_id: str | None, **detail: Any) -> None:
+        try:
+            with self.p.store.db.tx() as db:
+                repo.audit(db, action, session_id, turn_id, **detail)
+        except Exception:
+            log.exception("could not audit %s", action)
+
+    async def close(self) -> None:
+        """Let the checkpoints in flight finish (the store closes after this)."""
+        for _ in range(100):
+            if not self._tasks:
+                return
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # ---- session.changes ------------------------------------------------------------------
+
+    async def changes(self, session_id: Any, turn_id: Any = None) -> dict[str, Any]:
+        session = self.p.session(validate.ident(session_id, "sessionId"))
+        if turn_id is not None:
+            turn_id = validate.ident(turn_id, "turnId")
+        with self.p.store.db.read() as db:
+            turns = repo.list_turns(db, session.id, 10_000)
+        project = self._project(Path(session.root))
+        async with project.lock:
+            entries = [e for e in await asyncio.to_thread(project.repo.entries) if e.get("s") == session.id]
+            items: list[tuple[str, str, dict[str, Any] | None]] = [(t.started_at, t.id, None) for t in turns]
+            items += [(e.get("at", ""), e["id"], e) for e in entries if e.get("k") == "revert"]
+            items.sort(key=lambda item: item[0])
+            if turn_id is not None:
+                items = [item for item in items if item[1] == turn_id]
+                if not items:
+                    raise NotFound(f"no turn {turn_id!r} in session {session.id}")
+            out = []
+            for _at, item_id, revert in items:
+                try:
+                    if revert is not None:
+                        files = await project.repo.diff(revert["prev"], revert["tree"])
+                        out.append({"turnId": item_id, "revert": True, "files": [vars(f) for f in files]})
+                    else:
+                        out.append({"turnId": item_id, "files": await self._turn_files(project, entries, item_id)})
+                except CheckpointError as exc:
+                    raise PideskError(f"cannot read the checkpoints of {session.root}: {exc}") from None
+        return {"turns": out, "note": project.off or project.note}
+
+    async def _turn_files(self, project: _Project, entries: list[dict[str, Any]], turn_id: str) -> list[dict[str, Any]]:
+        before = next((e["tree"] for e in entries if e.get("t") == turn_id and e.get("k") == "turn"), None)
+        calls = [e for e in entries if e.get("t") == turn_id and e.get("k") == "call"]
+        if before is None or not calls:
+            return []
+        touched: set[str] = set()
+        for call in calls:
+            touched |= await project.repo.changed_paths(call.get("prev") or before, call["tree"])
+        return [vars(f) for f in await project.repo.diff(before, calls[-1]["tree"], only=touched)]
+
+    # ---- session.revert ------------------------------------------------------------------
+
+    async def revert(self, session_id: Any, turn_id: Any) -> dict[str, Any]:
+        session = self.p.session(validate.ident(session_id, "sessionId"))
+        turn_id = validate.ident(turn_id, "turnId")
+        self._refuse_busy(session.id, session.root)
+        project = self._project(Path(session.root))
+        if project.off is not None:
+            raise Conflict(f"cannot revert: {project.off}", Code.NOT_FOUND)
+        async with project.lock:
+            self._refuse_busy(session.id, session.root)
+            entries = await asyncio.to_thread(project.repo.entries)
+            target = next((e["tree"] for e in entries if e.get("s") == session.id and e.get("t") == turn_id
+                           and e.get("k") == "turn"), None)
+            if target is None:
+                target = next((e["prev"] for e in entries if e.get("s") == session.id and e.get("id") == turn_id
+                               and e.get("k") == "revert"), None)
+            if target is None:
+                raise NotFound(f"no checkpoint before {turn_id!r} in session {session.id} "
+                               "(a turn from before checkpoints, or of another session)")
+            revert_id = new_id("rv")
+            try:
+                current = await project.repo.snapshot()
+                note = {"root": session.root, "session": session.id, "turn": turn_id, "revertId": revert_id,
+                        "from": current, "to": target, "at": now_iso()}
+                files = await project.repo.restore(current, target, note)
+                after = await project.repo.snapshot()
+                await asyncio.to_thread(project.repo.append, {
+                    "k": "revert", "s": session.id, "id": revert_id, "t": turn_id, "prev": current, "tree": after,
+                    "at": now_iso()}, durable=True)
+            except (CheckpointError, OSError) as exc:
+                raise PideskError(f"the revert could not finish: {exc}; files already restored stay restored "
+                                  "— run it again once the cause is fixed") from None
+            project.last = after
+        with self.p.store.db.tx() as db:
+            repo.audit(db, "workspace.reverted", session.id, None, turn=turn_id, revert_id=revert_id, files=files)
+        return {"files": files, "revertId": revert_id}
+
+    def _refuse_busy(self, session_id: str, root: str) -> None:
+        if self.p.is_busy(session_id):
+            raise Conflict("the session is busy; revert once it is idle (stop or finish the turn)", Code.AGENT_BUSY)
+        for live in list(self.p.live.turns.values()):
+            try:
+                other = self.p.session(live.session_id)
+            except PideskError:
+                continue
+            if other.root == root:
+                raise Conflict(f"session {other.id} is running in the same project; revert once it is idle",
+                               Code.AGENT_BUSY)
+
+
+# ---- permission previews ----------------------------------------------------------------
+
+
+def preview(tool: str, args: dict[str, Any], root: Path) -> dict[str, Any] | None:
+    """``PermissionRequest.preview`` for Write and Edit: the diff the call would make, and
+    whether a Write replaces an existing file. Computed from the proposed arguments and the
+    file as it is now; None for other tools or arguments that do not fit."""
+    if tool not in ("Write", "Edit"):
+        return None
+    path = args.get("path")
+    if not isinstance(path, str) or not path:
+        return None
+    target = root / path
+    try:
+        exists = target.is_file()
+        if exists and target.stat().st_size > PREVIEW_LIMIT:
+            return {"diff": f"({path} is larger than {PREVIEW_LIMIT // 1024} KiB: no preview)", "overwrites": True}
+        old = target.read_text(errors="replace") if exists else ""
+    except (OSError, ValueError):
+        return None
+    if tool == "Write":
+        new = args.get("content")
+        if not isinstance(new, str):
+            return None
+    else:
+        old_text, new_text = args.get("oldText"), args.get("newText")
+        if not isinstance(old_text, str) or not isinstance(new_text, str) or not old_text or old_text not in old:
+            return {"diff": "", "overwrites": False}
+        new = old.replace(old_text, new_text) if args.get("replaceAll") else old.replace(old_text, new_text, 1)
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 fromfile="/dev/null" if not exists else f"a/{path}", tofile=f"b/{path}")
+    text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    return {"diff": text, "overwrites": tool == "Write" and exists}

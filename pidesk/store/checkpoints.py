@@ -1,0 +1,431 @@
+"""Checkpoints: a shadow git repository per project root, in the data dir.
+
+Layout, under ``<data-dir>/checkpoints/`` (0700)::
+
+    <key>.git/       the shadow repository of one root (key: a hash of the root's path)
+    <key>.jsonl      its journal: one JSON line per recorded checkpoint, oldest first
+    <key>.revert     present only while a revert runs (the durable "revert in progress" marker)
+
+Every git invocation of pidesk is here. Each runs the system ``git`` as an
+asyncio subprocess (never on the event loop's thread), with a timeout, with
+``GIT_DIR``, ``GIT_WORK_TREE`` and ``GIT_INDEX_FILE`` set explicitly to the
+shadow repository, every other ``GIT_*`` variable of the host's environment
+dropped, and neither the system nor the user's global git configuration read
+(no fsmonitor, hook or filter of theirs can run). The project's own ``.git`` is
+never opened: git skips any path named ``.git`` in a work tree, and nothing here
+names it. Git runs with umask 077, so everything it writes is private.
+
+A snapshot is one scan of the root — ``ls-files -t -m -d -o --exclude-standard``
+against the shadow index, which holds the previous snapshot — then, only if it
+listed anything, ``update-index`` of exactly those paths and ``write-tree``. The
+project's ``.gitignore`` files are honoured; the shadow's ``info/exclude`` adds
+``/.pi/``, the data dir when it lies inside the root, and new files over
+``size_cap`` bytes (listed once, by path). Nested repositories are not entered.
+A root with more than ``max_files`` files after ignores raises ``TooLarge``.
+
+Git objects and journal lines of plain checkpoints are not fsynced: a power cut
+can lose the last checkpoints' records, never a workspace file. A revert's
+marker and journal line are synced.
+
+A revert writes each file to a temporary sibling and renames it over its path
+(``<name>.pidesk-revert``), so a kill leaves every file either as it was or as
+restored; the marker, written and synced first, names the files, and
+``interrupted_reverts`` (at boot) reports it and removes any leftover temporary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pidesk.faults import NO_FAULTS, Faults
+from pidesk.store.transcripts import fsync_dir, private_dir
+
+DIR_NAME = "checkpoints"
+SIZE_CAP = 10 * 1024 * 1024  # a new file larger than this is never checkpointed (nor restored)
+MAX_FILES = 50_000  # a root with more files (after ignores) is not checkpointed at all
+GIT_TIMEOUT = 60.0  # seconds for one git invocation
+TEMP_SUFFIX = ".pidesk-revert"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+class CheckpointError(Exception):
+    """A checkpoint or revert could not be made (git missing or failing, disk full, a timeout)."""
+
+
+class TooLarge(CheckpointError):
+    """The root holds more files than ``max_files`` after ignores."""
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    status: str  # "added" | "modified" | "deleted"
+    additions: int
+    deletions: int
+    diff: str  # a unified diff, or "binary"
+
+
+def project_key(root: Path) -> str:
+    return hashlib.sha256(str(root).encode()).hexdigest()[:20]
+
+
+def _env(git_dir: Path, root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_DIR=str(git_dir), GIT_WORK_TREE=str(root), GIT_INDEX_FILE=str(git_dir / "index"),
+        GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
+        LC_ALL="C",
+    )
+    return env
+
+
+class ShadowRepo:
+    """The shadow repository and journal of one root. Not safe for concurrent use: the host
+    serializes every call on one root (``host/checkpoints.py``)."""
+
+    def __init__(self, data_dir: Path, root: Path, *, size_cap: int = SIZE_CAP, max_files: int = MAX_FILES,
+                 timeout: float = GIT_TIMEOUT, faults: Faults = NO_FAULTS) -> None:
+        self.base = data_dir / DIR_NAME
+        self.root = root
+        self.data_dir = data_dir
+        self.key = project_key(root)
+        self.git_dir = self.base / f"{self.key}.git"
+        self.journal = self.base / f"{self.key}.jsonl"
+        self.marker = self.base / f"{self.key}.revert"
+        self.size_cap = size_cap
+        self.max_files = max_files
+        self.timeout = timeout
+        self.faults = faults
+        self._env = _env(self.git_dir, root)
+        self._ready = False
+        self.tracked = 0  # files in the shadow index (kept up to date by snapshot)
+
+    # ---- git ------------------------------------------------------------------------
+
+    async def _git(self, *args: str, stdin: bytes | None = None, ok: tuple[int, ...] = (0,)) -> bytes:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "git", *args, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=self._env, cwd=self.root,
+                umask=0o077,
+            )
+        except FileNotFoundError as exc:
+            missing = "git is not installed" if exc.filename in (None, "git") else f"{self.root} does not exist"
+            raise CheckpointError(f"cannot checkpoint: {missing}") from None
+        except OSError as exc:
+            raise CheckpointError(f"cannot run git: {exc}") from None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(stdin), self.timeout)
+        except BaseException as exc:  # a timeout, or the caller's cancellation: git must not outlive it
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await asyncio.shield(proc.wait())
+            (self.git_dir / "index.lock").unlink(missing_ok=True)  # ours: the host runs one git per root
+            if isinstance(exc, TimeoutError):
+                raise CheckpointError(f"git {args[0]} took longer than {self.timeout:.0f} s") from None
+            raise
+        if proc.returncode not in ok:
+            detail = err.decode(errors="replace").strip().splitlines()
+            raise CheckpointError(f"git {args[0]} failed: {detail[-1] if detail else f'exit {proc.returncode}'}")
+        return out
+
+    async def _ensure(self) -> None:
+        if self._ready:
+            return
+        await asyncio.to_thread(private_dir, self.base)
+        if not (self.git_dir / "HEAD").exists():
+            await self._git("init", "-q")
+            for key, value in (("core.autocrlf", "false"), ("core.fsmonitor", "false"), ("gc.auto", "0"),
+                               ("core.untrackedCache", "true"), ("core.quotePath", "false"),
+                               ("core.symlinks", "true"), ("core.hooksPath", os.devnull)):
+                await self._git("config", key, value)
+            os.chmod(self.git_dir, 0o700)
+        (self.git_dir / "index.lock").unlink(missing_ok=True)  # a crashed host's
+        await asyncio.to_thread(self._write_excludes, [])
+        if (self.git_dir / "index").exists():
+            self.tracked = (await self._git("ls-files", "-z")).count(b"\0")
+        self._ready = True
+
+    def _write_excludes(self, large: list[str]) -> None:
+        path = self.git_dir / "info" / "exclude"
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        lines = path.read_text().splitlines() if path.exists() else []
+        wanted = ["/.pi/", ".git"]
+        data = self.data_dir.resolve()
+        root = self.root.resolve()
+        if data.is_relative_to(root) and data != root:
+            wanted.append("/" + _pattern(data.relative_to(root).as_posix()) + "/")
+        wanted += ["/" + _pattern(p) for p in large]
+        missing = [w for w in wanted if w not in lines]
+        if missing or not path.exists():
+            with open(path, "a", opener=_private) as f:
+                f.write("".join(f"{w}\n" for w in missing))
+
+    # ---- snapshots --------------------------------------------------------------------
+
+    async def snapshot(self) -> str:
+        """The tree of the root as it is now (ignored, excluded and large new files left out)."""
+        await self._ensure()
+        listed = (await self._git("ls-files", "-z", "-t", "-m", "-d", "-o", "--exclude-standard")).split(b"\0")
+        paths: list[str] = []
+        large: list[str] = []
+        new = removed = 0
+        seen: set[str] = set()
+        for entry in listed:
+            if len(entry) < 3:
+                continue
+            tag, path = entry[:1], os.fsdecode(entry[2:])
+            if path.endswith("/") or path in seen:  # a nested repository; or listed as both C and R
+                continue
+            seen.add(path)
+            if tag == b"?":
+                try:
+                    info = os.lstat(self.root / path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode) and info.st_size > self.size_cap:
+                    large.append(path)
+                    continue
+                new += 1
+            elif tag == b"R":
+                removed += 1
+            paths.append(path)
+        if self.tracked + new - removed > self.max_files:
+            raise TooLarge(f"{self.root} holds more than {self.max_files} files after ignores")
+        if large:
+            await asyncio.to_thread(self._write_excludes, large)
+        if paths:
+            await self._git("update-index", "--add", "--remove", "-z", "--stdin",
+                            stdin=b"".join(os.fsencode(p) + b"\0" for p in paths))
+            self.tracked += new - removed
+        return (await self._git("write-tree")).decode().strip()
+
+    # ---- diffs --------------------------------------------------------------------------
+
+    async def changed_paths(self, old: str, new: str) -> set[str]:
+        if old == new:
+            return set()
+        out = await self._git("diff-tree", "-r", "-z", "--no-renames", "--name-only", old, new)
+        return {os.fsdecode(p) for p in out.split(b"\0") if p}
+
+    async def diff(self, old: str, new: str, only: set[str] | None = None, max_diff: int = 256 * 1024
+                   ) -> list[FileChange]:
+        """What changed from tree ``old`` to tree ``new`` (restricted to ``only``), by path."""
+        if old == new:
+            return []
+        raw = (await self._git("diff-tree", "-r", "-z", "--no-renames", "--raw", old, new)).split(b"\0")
+        numstat = (await self._git("diff-tree", "-r", "-z", "--no-renames", "--numstat", old, new)).split(b"\0")
+        patch = await self._git("diff-tree", "-r", "--no-renames", "-p", "--no-color", "--full-index", old, new)
+        entries: list[tuple[str, str]] = []
+        for i in range(0, len(raw) - 1, 2):
+            head, path = raw[i].decode(), os.fsdecode(raw[i + 1])
+            if not head.startswith(":"):
+                break
+            entries.append((path, {"A": "added", "D": "deleted"}.get(head.split()[-1][:1], "modified")))
+        counts: list[tuple[int, int, bool]] = []
+        for item in numstat:
+            parts = item.split(b"\t")
+            if len(parts) >= 2 and parts[0] in (b"-",) and parts[1] == b"-":
+                counts.append((0, 0, True))
+            elif len(parts) >= 2 and parts[0].isdigit():
+                counts.append((int(parts[0]), int(parts[1]), False))
+        patches = _split_patch(patch)
+        changes = []
+        for n, (path, status) in enumerate(entries):
+            if only is not None and path not in only:
+                continue
+            add, rem, binary = counts[n] if n < len(counts) else (0, 0, False)
+            text = patches[n] if n < len(patches) else ""
+            if binary or "\nBinary files " in text or text.startswith("Binary files "):
+                changes.append(FileChange(path, status, 0, 0, "binary"))
+                continue
+            if len(text) > max_diff:
+                text = text[:max_diff] + f"\n… (diff cut at {max_diff // 1024} KiB)\n"
+            changes.append(FileChange(path, status, add, rem, text))
+        return changes
+
+    # ---- revert -----------------------------------------------------------------------
+
+    async def restore(self, current: str, target: str, note: dict[str, Any]) -> list[str]:
+        """Make the root's files match tree ``target`` where they differ from tree ``current``
+        (a snapshot just taken). Ignored paths are never touched. Returns the paths changed."""
+        raw = (await self._git("diff-tree", "-r", "-z", "--no-renames", "--raw", current, target)).split(b"\0")
+        changes: list[tuple[str, str, str, str]] = []  # (path, status, mode, blob)
+        for i in range(0, len(raw) - 1, 2):
+            head = raw[i].decode()
+            if not head.startswith(":"):
+                break
+            _m1, mode, _b1, blob, status = head[1:].split()
+            changes.append((os.fsdecode(raw[i + 1]), status[:1], mode, blob))
+        if not changes:
+            return []
+        ignored = await self._ignored([c[0] for c in changes])
+        changes = [c for c in changes if c[0] not in ignored and c[2] != "160000"]
+        blobs = await self._blobs({c[3] for c in changes if c[1] != "D"})
+        files = [c[0] for c in changes]
+        await asyncio.to_thread(self._write_marker, {**note, "files": files})
+        self.faults.hit("revert.after_marker")
+        await asyncio.to_thread(self._apply, changes, blobs)
+        await asyncio.to_thread(self.marker.unlink, True)
+        return files
+
+    async def _ignored(self, paths: list[str]) -> set[str]:
+        out = await self._git("check-ignore", "--no-index", "-z", "--stdin", ok=(0, 1),  # 1: none is ignored
+                              stdin=b"".join(os.fsencode(p) + b"\0" for p in paths))
+        return {os.fsdecode(p) for p in out.split(b"\0") if p}
+
+    async def _blobs(self, shas: set[str]) -> dict[str, bytes]:
+        if not shas:
+            return {}
+        order = sorted(shas)
+        out = await self._git("cat-file", "--batch", stdin="".join(f"{s}\n" for s in order).encode())
+        blobs: dict[str, bytes] = {}
+        pos = 0
+        for _ in order:
+            end = out.index(b"\n", pos)
+            sha, _kind, size = out[pos:end].decode().split()
+            start = end + 1
+            blobs[sha] = out[start:start + int(size)]
+            pos = start + int(size) + 1
+        return blobs
+
+    def _write_marker(self, note: dict[str, Any]) -> None:
+        tmp = self.marker.with_suffix(".tmp")
+        with open(tmp, "w", opener=_private) as f:
+            f.write(json.dumps(note))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.marker)
+        fsync_dir(self.base)
+
+    def _apply(self, changes: list[tuple[str, str, str, str]], blobs: dict[str, bytes]) -> None:
+        root = self.root
+        dirs: set[Path] = set()
+        for path, status, _mode, _blob in changes:  # deletions first: a file may replace a directory
+            if status == "D":
+                target = root / path
+                with contextlib.suppress(FileNotFoundError):
+                    target.unlink()
+                _prune(target.parent, root)
+                dirs.add(target.parent)
+                self.faults.hit("revert.after_file")
+        for path, status, mode, blob in changes:
+            if status == "D":
+                continue
+            target = root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + TEMP_SUFFIX)
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            if mode == "120000":
+                os.symlink(os.fsdecode(blobs[blob]), tmp)
+            else:
+                with open(tmp, "wb") as f:
+                    f.write(blobs[blob])
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(tmp, 0o755 if mode == "100755" else 0o644)
+            if target.is_dir() and not target.is_symlink():
+                _remove_tree(target)
+            os.replace(tmp, target)
+            dirs.add(target.parent)
+            self.faults.hit("revert.after_file")
+        for d in dirs:
+            if d.exists():
+                fsync_dir(d)
+
+    # ---- journal ------------------------------------------------------------------------
+
+    def append(self, entry: dict[str, Any], *, durable: bool = False) -> None:
+        private_dir(self.base)
+        with open(self.journal, "a", opener=_private) as f:
+            f.write(json.dumps(entry, separators=(",", ":")) + "\n")
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+
+    def entries(self) -> list[dict[str, Any]]:
+        try:
+            text = self.journal.read_text()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in text.splitlines():
+            with contextlib.suppress(ValueError):  # a torn last line
+                out.append(json.loads(line))
+        return out
+
+
+def interrupted_reverts(data_dir: Path) -> list[dict[str, Any]]:
+    """Boot: the reverts a crash interrupted, as their markers tell (``clear_interrupted_reverts``
+    removes them once reported). Their files stand each as it was or as restored."""
+    base = data_dir / DIR_NAME
+    found: list[dict[str, Any]] = []
+    if not base.is_dir():
+        return found
+    for marker in sorted(base.glob("*.revert")):
+        try:
+            note = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            note = {}
+        found.append(note if isinstance(note, dict) else {})
+    return found
+
+
+def clear_interrupted_reverts(data_dir: Path) -> None:
+    """Remove the temporary files interrupted reverts left, then their markers."""
+    for note, marker in zip(interrupted_reverts(data_dir), sorted((data_dir / DIR_NAME).glob("*.revert"))):
+        root = note.get("root")
+        if isinstance(root, str):
+            for path in note.get("files", []):
+                with contextlib.suppress(OSError, ValueError):
+                    tmp = Path(root) / path
+                    tmp.with_name(tmp.name + TEMP_SUFFIX).unlink(missing_ok=True)
+        marker.unlink(missing_ok=True)
+
+
+def _pattern(path: str) -> str:
+    """A path as a literal gitignore pattern."""
+    return "".join("\\" + c if c in "*?[]\\!# " else c for c in path)
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
+def _prune(directory: Path, root: Path) -> None:
+    """Remove ``directory`` and its parents while empty, never the root itself."""
+    for _ in range(256):
+        if directory == root or not directory.is_relative_to(root):
+            return
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+        directory = directory.parent
+
+
+def _remove_tree(directory: Path) -> None:
+    """A directory that stands where the restored file goes: only empty directories are removed
+    (its files were deleted first, or are ignored and must stay: then the restore fails)."""
+    for path in sorted(directory.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+    directory.rmdir()
+
+
+def _split_patch(patch: bytes) -> list[str]:
+    text = patch.decode(errors="replace")
+    if not text:
+        return []
+    pieces = text.split("\ndiff --git ")
+    return [pieces[0]] + ["diff --git " + p for p in pieces[1:]]
+

@@ -1,0 +1,214 @@
+"""Checkpoints through the host (issue 17): session.changes, session.revert, permission previews.
+
+Real hosts, real git, real files; the scripted provider plays the model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pidesk.core import events as ev
+from pidesk.core.errors import Conflict
+from pidesk.host import checkpoints
+from tests.scenario import ended, permission_requested, prompt, session, tool
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _turn(host: Any, provider: Any, sid: str, *responses: dict[str, Any]) -> str:
+    sub = host.subscribe()
+    provider.enqueue(sid, *responses, {"text": "Done."})
+    turn = await prompt(host, sid)
+    assert (await ended(sub, turn["turnId"])).reason == "completed"
+    return str(turn["turnId"])
+
+
+def _files(changes: dict[str, Any], turn_id: str) -> dict[str, dict[str, Any]]:
+    entry = next(t for t in changes["turns"] if t["turnId"] == turn_id)
+    return {f["path"]: f for f in entry["files"]}
+
+
+async def _audit(host: Any, sid: str) -> list[dict[str, Any]]:
+    return list((await host.call("audit.list", {"sessionId": sid}))["entries"])
+
+
+async def test_issue17_every_tools_changes_appear_under_the_turn_that_made_them(host, provider, project):
+    """Issue 17: Write (a file in a new directory), Edit, and Bash creating, deleting and renaming files
+    and writing a binary one are each listed under their own turn, oldest first; a turn that changed
+    nothing is listed with no files."""
+    s = await session(host, project, permissionMode="auto")
+    sid = s["id"]
+    first = await _turn(host, provider, sid, tool("Write", path="docs/new/guide.md", content="# Guide\n"),
+                        tool("Edit", path="README.md", oldText="demo", newText="sample"))
+    quiet = await _turn(host, provider, sid, tool("Read", path="README.md"))
+    second = await _turn(host, provider, sid, tool(
+        "Bash", command="mv src/app.py src/main.py && rm README.md && printf 'a\\000b' > blob.bin && echo hi > made.txt"))
+    changes = await host.call("session.changes", {"sessionId": sid})
+    assert [t["turnId"] for t in changes["turns"]] == [first, quiet, second]
+    one = _files(changes, first)
+    assert {p: f["status"] for p, f in one.items()} == {"docs/new/guide.md": "added", "README.md": "modified"}
+    assert (one["README.md"]["additions"], one["README.md"]["deletions"]) == (1, 1)
+    assert "-# demo project" in one["README.md"]["diff"] and "+# sample project" in one["README.md"]["diff"]
+    assert _files(changes, quiet) == {}
+    two = _files(changes, second)
+    assert {p: f["status"] for p, f in two.items()} == {
+        "src/app.py": "deleted", "src/main.py": "added", "README.md": "deleted", "blob.bin": "added",
+        "made.txt": "added"}
+    assert two["blob.bin"]["diff"] == "binary"
+    only = await host.call("session.changes", {"sessionId": sid, "turnId": first})
+    assert [t["turnId"] for t in only["turns"]] == [first]
+
+
+async def test_issue17_revert_restores_before_the_turn_leaves_ignored_files_and_can_itself_be_reverted(
+    host, provider, project
+):
+    """Issue 17: a revert puts back the state before the turn (undoing the later turns too), never touches
+    .gitignore'd files or .pi/, is audited with its files, and reverting the revert restores what it undid."""
+    (project / ".gitignore").write_text("*.log\n")
+    s = await session(host, project, permissionMode="auto")
+    sid = s["id"]
+    first = await _turn(host, provider, sid, tool("Write", path="README.md", content="rewritten\n"))
+    await _turn(host, provider, sid, tool(
+        "Bash", command="echo later > later.txt && echo log > build.log && mkdir -p .pi && echo p > .pi/note.md"))
+    (project / "src" / "app.py").write_text("edited by hand\n")  # the confirmation says these go too
+    result = await host.call("session.revert", {"sessionId": sid, "turnId": first})
+    assert sorted(result["files"]) == ["README.md", "later.txt", "src/app.py"]
+    assert (project / "README.md").read_text() == "# demo project\n"
+    assert not (project / "later.txt").exists()
+    assert (project / "src" / "app.py").read_text() == "print('hello')\n"
+    assert (project / "build.log").read_text() == "log\n" and (project / ".pi" / "note.md").read_text() == "p\n"
+    audited = [e for e in await _audit(host, sid) if e["action"] == "workspace.reverted"]
+    assert audited and sorted(audited[0]["detail"]["files"]) == sorted(result["files"])
+    listed = (await host.call("session.changes", {"sessionId": sid}))["turns"]
+    assert listed[-1]["turnId"] == result["revertId"] and listed[-1].get("revert") is True
+    again = await host.call("session.revert", {"sessionId": sid, "turnId": result["revertId"]})
+    assert sorted(again["files"]) == sorted(result["files"])
+    assert (project / "README.md").read_text() == "rewritten\n"
+    assert (project / "later.txt").read_text() == "later\n"
+    assert (project / "src" / "app.py").read_text() == "edited by hand\n"
+
+
+async def test_issue17_revert_is_refused_while_the_session_is_busy_and_the_permission_card_has_a_diff(
+    host, provider, project
+):
+    """Issue 17: session.revert on a busy session is AGENT_BUSY and changes nothing; the Write waiting for
+    permission carries preview {diff, overwrites: true} computed from its arguments."""
+    s = await session(host, project)
+    sid = s["id"]
+    sub = host.subscribe()
+    provider.enqueue(sid, tool("Write", path="README.md", content="replaced\n"), {"text": "Done."})
+    turn = await prompt(host, sid)
+    requested = await permission_requested(sub)
+    preview = requested.request.preview
+    assert preview is not None and preview["overwrites"] is True
+    assert "-# demo project" in preview["diff"] and "+replaced" in preview["diff"]
+    pending = (await host.call("session.get", {"sessionId": sid}))["pendingPermissions"]
+    assert pending[0]["preview"]["overwrites"] is True  # also after a reload
+    with pytest.raises(Conflict) as refused:
+        await host.call("session.revert", {"sessionId": sid, "turnId": turn["turnId"]})
+    assert refused.value.code == "AGENT_BUSY"
+    await host.call("permissions.resolve", {"requestId": requested.request.id, "sessionId": sid,
+                                            "turnId": turn["turnId"], "decision": "allow"})
+    await ended(sub, turn["turnId"])
+    assert (project / "README.md").read_text() == "replaced\n"
+
+
+async def test_issue17_edit_preview_shows_the_edit_and_no_overwrite(host, provider, project):
+    """Issue 17: an Edit's permission preview is the diff of the edit, not an overwrite."""
+    s = await session(host, project)
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Edit", path="src/app.py", oldText="hello", newText="bye"), {"text": "Done."})
+    turn = await prompt(host, s["id"])
+    requested = await permission_requested(sub)
+    assert requested.request.preview == {
+        "diff": "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1 @@\n-print('hello')\n+print('bye')\n",
+        "overwrites": False}
+    await host.call("agent.abort", {"sessionId": s["id"]})
+    await ended(sub, turn["turnId"])
+
+
+async def test_issue17_two_sessions_in_one_project_each_list_only_their_own_changes(host, provider, project):
+    """Issue 17: with two sessions in one project, each turn's changes are the files its own calls
+    changed; a revert is refused while the other session runs in the same project."""
+    a = (await session(host, project, permissionMode="auto"))["id"]
+    b = (await session(host, project, permissionMode="auto"))["id"]
+    ta = await _turn(host, provider, a, tool("Write", path="from_a.txt", content="a\n"))
+    tb = await _turn(host, provider, b, tool("Write", path="from_b.txt", content="b\n"))
+    assert set(_files(await host.call("session.changes", {"sessionId": a}), ta)) == {"from_a.txt"}
+    assert set(_files(await host.call("session.changes", {"sessionId": b}), tb)) == {"from_b.txt"}
+    sub = host.subscribe()
+    provider.enqueue(b, {"gate": "b-runs", "text": "working"})
+    running = await prompt(host, b)
+    await provider.wait_reached("b-runs")
+    with pytest.raises(Conflict) as refused:
+        await host.call("session.revert", {"sessionId": a, "turnId": ta})
+    assert refused.value.code == "AGENT_BUSY"
+    provider.release("b-runs")
+    await ended(sub, running["turnId"])
+    assert (await host.call("session.revert", {"sessionId": a, "turnId": ta}))["files"] == ["from_a.txt", "from_b.txt"]
+
+
+async def test_issue17_a_failing_checkpoint_never_fails_the_turn_and_is_reported_on_it(
+    host, provider, project, monkeypatch, tmp_path
+):
+    """Issue 17: with git missing, the turn still completes and does its work; the failure is audited on
+    the turn (checkpoint.failed) and session.changes carries a note saying so."""
+    empty = tmp_path / "no-git"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    s = await session(host, project, permissionMode="auto")
+    turn = await _turn(host, provider, s["id"], tool("Write", path="out.txt", content="still written\n"))
+    assert (project / "out.txt").read_text() == "still written\n"
+    failed = [e for e in await _audit(host, s["id"]) if e["action"] == "checkpoint.failed"]
+    assert len(failed) == 1 and failed[0]["turnId"] == turn and "git is not installed" in failed[0]["detail"]["error"]
+    assert "git is not installed" in (await host.call("session.changes", {"sessionId": s["id"]}))["note"]
+
+
+async def test_issue17_a_workspace_too_large_turns_checkpoints_off_with_a_note_not_a_failed_turn(
+    host, provider, project
+):
+    """Issue 17: over the file limit, checkpoints are off for the project (audited once, noted in
+    session.changes), the turn completes, and a revert says why it cannot."""
+    checkpoints.of(host.parts).max_files = 1  # the project holds two files
+    s = await session(host, project, permissionMode="auto")
+    turn = await _turn(host, provider, s["id"], tool("Write", path="x.txt", content="x\n"))
+    assert (project / "x.txt").exists()
+    off = [e for e in await _audit(host, s["id"]) if e["action"] == "checkpoints.off"]
+    assert len(off) == 1
+    changes = await host.call("session.changes", {"sessionId": s["id"]})
+    assert "checkpoints are off" in changes["note"] and changes["turns"][0]["files"] == []
+    with pytest.raises(Conflict):
+        await host.call("session.revert", {"sessionId": s["id"], "turnId": turn})
+
+
+async def test_issue17_a_temporary_session_outside_any_git_repository_is_checkpointed(host, provider):
+    """Issue 17: a project that is not a git repository (here a temporary session's scratch root)
+    gets checkpoints and reverts like any other."""
+    s = await session(host, permissionMode="auto")
+    turn = await _turn(host, provider, s["id"], tool("Write", path="notes.txt", content="n\n"))
+    assert set(_files(await host.call("session.changes", {"sessionId": s["id"]}), turn)) == {"notes.txt"}
+    assert (await host.call("session.revert", {"sessionId": s["id"], "turnId": turn}))["files"] == ["notes.txt"]
+    assert not (Path(s["root"]) / "notes.txt").exists()
+
+
+async def test_issue17_delegates_changes_count_for_the_parent_turn(host, provider, project):
+    """Issue 17: a delegate's Write is checkpointed and listed under its parent's turn."""
+    s = await session(host, project, permissionMode="auto")
+    provider.enqueue(f"{s['id']}/task_1", tool("Write", path="by_task.txt", content="t\n"), {"text": "ok"})
+    turn = await _turn(host, provider, s["id"], tool("Task", description="write", prompt="write it"),
+                       tool("TaskWait", taskIds=["task_1"]))
+    assert set(_files(await host.call("session.changes", {"sessionId": s["id"]}), turn)) == {"by_task.txt"}
+
+
+async def test_issue17_finished_turn_event_order_lets_a_client_read_changes_at_turn_end(host, provider, project):
+    """Issue 17: a client asking session.changes right on turn.ended sees the turn's last call (the
+    call checkpoints run behind the turn, under the project's lock)."""
+    s = await session(host, project, permissionMode="auto")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Bash", command="echo x > last.txt"))
+    turn = await prompt(host, s["id"])
+    await sub.wait_for(lambda e: isinstance(e, ev.TurnEnded))
+    assert set(_files(await host.call("session.changes", {"sessionId": s["id"]}), turn["turnId"])) == {"last.txt"}

@@ -1,0 +1,132 @@
+"""The shadow repository (store/checkpoints.py) against real git, on real files.
+
+Issue 17: checkpoints never touch the project's own ``.git``, honour its
+``.gitignore``, leave ``.pi/`` and large files alone, and refuse a root too big
+to checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pidesk.store.checkpoints import ShadowRepo, TooLarge
+
+
+def _tree_digest(directory: Path) -> dict[str, str]:
+    """Every file under ``directory`` by relative path: its bytes' sha256 (and a link's target)."""
+    out = {}
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory).as_posix()
+        if path.is_symlink():
+            out[rel] = "link:" + os.readlink(path)
+        elif path.is_file():
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            out[rel] = "dir"
+    return out
+
+
+def _plain_git(cwd: Path, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.com", GIT_CONFIG_GLOBAL=os.devnull)
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+@pytest.mark.asyncio
+async def test_issue17_the_projects_own_git_is_byte_for_byte_unchanged_after_100_checkpoints_and_a_revert(
+    tmp_path: Path, project: Path
+) -> None:
+    """Issue 17: the shadow repository never commits, stashes or touches the index of the project's
+    own repository — every file under its .git is the same bytes after 100 checkpoints and a revert."""
+    _plain_git(project, "init", "-q")
+    _plain_git(project, "add", "-A")
+    _plain_git(project, "commit", "-q", "-m", "first")
+    (project / "README.md").write_text("# changed but not committed\n")  # a dirty work tree, as people have
+    before = _tree_digest(project / ".git")
+    shadow = ShadowRepo(tmp_path / "data", project)
+    first = await shadow.snapshot()
+    for n in range(100):
+        (project / "src" / "app.py").write_text(f"print({n})\n")
+        await shadow.snapshot()
+    (project / "new.txt").write_text("new\n")
+    now = await shadow.snapshot()
+    files = await shadow.restore(now, first, {"root": str(project)})
+    assert sorted(files) == ["new.txt", "src/app.py"]
+    assert (project / "src" / "app.py").read_text() == "print('hello')\n"
+    assert not (project / "new.txt").exists()
+    assert _tree_digest(project / ".git") == before
+
+
+@pytest.mark.asyncio
+async def test_issue17_diff_names_each_kind_of_change_with_counts_and_binary(tmp_path: Path, project: Path) -> None:
+    """Issue 17: a checkpoint diff lists added (in a new directory), modified, deleted and binary files."""
+    shadow = ShadowRepo(tmp_path / "data", project)
+    before = await shadow.snapshot()
+    (project / "deep" / "new").mkdir(parents=True)
+    (project / "deep" / "new" / "a.txt").write_text("one\ntwo\n")
+    (project / "README.md").write_text("# demo project\nmore\n")
+    (project / "src" / "app.py").unlink()
+    (project / "blob.bin").write_bytes(b"\x00\x01\x02\xff")
+    after = await shadow.snapshot()
+    changes = {c.path: c for c in await shadow.diff(before, after)}
+    assert {p: c.status for p, c in changes.items()} == {
+        "deep/new/a.txt": "added", "README.md": "modified", "src/app.py": "deleted", "blob.bin": "added"}
+    assert (changes["deep/new/a.txt"].additions, changes["deep/new/a.txt"].deletions) == (2, 0)
+    assert (changes["README.md"].additions, changes["README.md"].deletions) == (1, 0)
+    assert "+more" in changes["README.md"].diff
+    assert changes["blob.bin"].diff == "binary"
+    assert await shadow.changed_paths(before, after) == set(changes)
+
+
+@pytest.mark.asyncio
+async def test_issue17_ignored_pi_and_large_files_are_never_checkpointed_nor_touched_by_a_restore(
+    tmp_path: Path, project: Path
+) -> None:
+    """Issue 17: .gitignore'd files, .pi/ and new files over the size cap are outside every checkpoint,
+    so a restore to an earlier tree leaves them exactly as they are."""
+    (project / ".gitignore").write_text("*.log\n")
+    shadow = ShadowRepo(tmp_path / "data", project, size_cap=1000)
+    first = await shadow.snapshot()
+    (project / "run.log").write_text("log\n")
+    (project / ".pi").mkdir()
+    (project / ".pi" / "plan.md").write_text("plan\n")
+    (project / "big.dat").write_bytes(b"x" * 5000)
+    (project / "README.md").write_text("changed\n")
+    now = await shadow.snapshot()
+    assert await shadow.changed_paths(first, now) == {"README.md"}
+    assert await shadow.restore(now, first, {"root": str(project)}) == ["README.md"]
+    assert (project / "run.log").read_text() == "log\n"
+    assert (project / ".pi" / "plan.md").read_text() == "plan\n"
+    assert (project / "big.dat").stat().st_size == 5000
+    assert (project / "README.md").read_text() == "# demo project\n"
+
+
+@pytest.mark.asyncio
+async def test_issue17_a_root_with_too_many_files_is_refused_before_anything_is_hashed(
+    tmp_path: Path, project: Path
+) -> None:
+    """Issue 17: a workspace over the file limit (after ignores) raises TooLarge, writing no object."""
+    for n in range(5):
+        (project / f"f{n}.txt").write_text(str(n))
+    shadow = ShadowRepo(tmp_path / "data", project, max_files=4)
+    with pytest.raises(TooLarge):
+        await shadow.snapshot()
+    objects = [p for p in (shadow.git_dir / "objects").rglob("*") if p.is_file()]
+    assert objects == []
+
+
+@pytest.mark.asyncio
+async def test_issue17_checkpoint_files_are_private(tmp_path: Path, project: Path) -> None:
+    """Issue 17: the checkpoints dir is 0700 and nothing in it is readable by others."""
+    shadow = ShadowRepo(tmp_path / "data", project)
+    await shadow.snapshot()
+    shadow.append({"k": "turn"})
+    assert (shadow.base.stat().st_mode & 0o777) == 0o700
+    for path in shadow.base.rglob("*"):
+        assert path.stat().st_mode & 0o077 == 0, path
