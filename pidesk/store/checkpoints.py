@@ -335,6 +335,7 @@ class ShadowRepo:
                 os.chmod(tmp, 0o755 if mode == "100755" else 0o644)
             if target.is_dir() and not target.is_symlink():
                 _remove_tree(target)
+            self.faults.hit("revert.before_rename")
             os.replace(tmp, target)
             dirs.add(target.parent)
             self.faults.hit("revert.after_file")
