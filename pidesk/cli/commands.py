@@ -367,3 +367,108 @@ async def schedules_run(client: Any, schedule_id: str) -> Any:
 
 
 GROUPS = (sessions, plans, queue, notifications, audit, schedules)
+
+
+# ---- diff and revert (issue 17: checkpoints) ----------------------------------------------
+
+
+@click.group()
+def _top() -> None:
+    """Holds the top-level commands defined here; ``main`` adds them (``COMMANDS``)."""
+
+
+def _show_diff(result: dict[str, Any]) -> None:
+    turns = result.get("turns", [])
+    if result.get("note"):
+        click.secho(f"note: {result['note']}", fg="yellow", err=True)
+    stat_only = result.get("stat", False)
+    for turn in turns:
+        files = turn["files"]
+        added = sum(f["additions"] for f in files)
+        removed = sum(f["deletions"] for f in files)
+        label = "revert" if turn.get("revert") else "turn"
+        click.secho(f"{label} {turn['turnId']}: {len(files)} file{'s' if len(files) != 1 else ''} changed, "
+                    f"+{added} -{removed}", bold=True)
+        if stat_only:
+            width = max((len(f["path"]) for f in files), default=0)
+            for f in files:
+                counts = "binary" if f.get("binary") else (
+                    click.style(f"+{f['additions']}", fg="green") + " " + click.style(f"-{f['deletions']}", fg="red"))
+                click.echo(f" {f['path'].ljust(width)} | {f['status']:<8} {counts}")
+            continue
+        for f in files:
+            if f["diff"] == "binary":
+                click.secho(f"diff --git a/{f['path']} b/{f['path']}", bold=True)
+                click.echo(f"Binary file {f['status']}")
+                continue
+            for line in f["diff"].splitlines():
+                click.echo(_coloured(line))
+    if not turns:
+        click.echo("no turns")
+
+
+def _coloured(line: str) -> str:
+    """A unified diff line, coloured as ``git diff`` colours it (plain when not a terminal)."""
+    if line.startswith(("diff --git", "index ", "--- ", "+++ ", "new file", "deleted file")):
+        return click.style(line, bold=True)
+    if line.startswith("@@"):
+        return click.style(line, fg="cyan")
+    if line.startswith("+"):
+        return click.style(line, fg="green")
+    if line.startswith("-"):
+        return click.style(line, fg="red")
+    return line
+
+
+@rpc_command(_top, "diff", show=_show_diff)
+@click.argument("session_id")
+@click.option("--turn", "turn_id", default=None, help="Only this turn (default: every turn, oldest first).")
+@click.option("--stat", "stat", is_flag=True, help="Files and line counts only.")
+async def diff(client: Any, session_id: str, turn_id: str | None, stat: bool) -> Any:
+    """What each turn of a session changed in its workspace (any tool: Write, Edit, Bash, plugins)."""
+    params = {"sessionId": session_id} | ({"turnId": turn_id} if turn_id else {})
+    result = await client.call("session.changes", params)
+    if stat:  # no diff text: {binary} says which files have none
+        result = {**result, "stat": True, "turns": [
+            {**t, "files": [{k: v for k, v in f.items() if k != "diff"} | {"binary": f["diff"] == "binary"}
+                            for f in t["files"]]} for t in result["turns"]]}
+    return result
+
+
+def _show_reverted(result: dict[str, Any]) -> None:
+    if result.get("cancelled"):
+        click.echo("Nothing reverted.")
+        return
+    files = result["files"]
+    click.echo(f"Reverted {len(files)} file{'s' if len(files) != 1 else ''}" + (":" if files else "."))
+    for path in files:
+        click.echo(f"  {path}")
+    click.echo(f"Undo this revert with: pidesk revert {result['sessionId']} --turn {result['revertId']}")
+
+
+@rpc_command(_top, "revert", show=_show_reverted)
+@click.argument("session_id")
+@click.option("--turn", "turn_id", required=True, help="Restore the workspace to its state before this turn.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+async def revert(client: Any, session_id: str, turn_id: str, yes: bool) -> Any:
+    """Put the workspace back as it was before a turn, undoing that turn and every later one."""
+    changes = (await client.call("session.changes", {"sessionId": session_id}))["turns"]
+    ids = [t["turnId"] for t in changes]
+    if turn_id not in ids:
+        await client.call("session.changes", {"sessionId": session_id, "turnId": turn_id})  # NOT_FOUND, worded
+    later = changes[ids.index(turn_id):] if turn_id in ids else []
+    paths = sorted({f["path"] for t in later for f in t["files"]})
+    if not yes:
+        click.echo(f"Revert the workspace to its state before {turn_id}, undoing it and "
+                   f"{len(later) - 1} later turn{'s' if len(later) != 2 else ''}. Files the turns changed:")
+        for path in paths or ["(none recorded)"]:
+            click.echo(f"  {path}")
+        click.echo("Files changed by hand (or by another session in this project) since then are reverted too; "
+                   "files ignored by .gitignore and .pi/ are never touched. The revert can itself be reverted.")
+        if not click.confirm("Revert?", default=False):
+            return {"cancelled": True}
+    result = await client.call("session.revert", {"sessionId": session_id, "turnId": turn_id})
+    return {**result, "sessionId": session_id}
+
+
+COMMANDS = tuple(_top.commands.values())

@@ -124,10 +124,12 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
 
 
 def _add_groups() -> None:
-    from pidesk.cli.commands import GROUPS
+    from pidesk.cli.commands import COMMANDS, GROUPS
 
     for group in GROUPS:
         main.add_command(group)
+    for command in COMMANDS:  # diff, revert
+        main.add_command(command)
 
 
 _add_groups()

@@ -1,0 +1,52 @@
+"""``pidesk diff`` and ``pidesk revert`` (issue 17), run as the real executable against a real data dir."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def pidesk(*args: str, data_dir: Path, stdin: str = "", check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "pidesk", *args, "--data-dir", str(data_dir)],
+                          capture_output=True, text=True, timeout=60, input=stdin)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_issue17_diff_shows_a_runs_changes_and_revert_asks_then_takes_them_back(project, data_dir, tmp_path):
+    """Issue 17: after a run that rewrote README.md and added a file, `pidesk diff` prints the unified diff
+    (--stat the counts, --json the protocol's shape); `pidesk revert` lists the files and asks, does nothing
+    on "n", and restores the workspace on "y", printing how to undo the revert."""
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps({"responses": [
+        {"toolCalls": [{"name": "Write", "args": {"path": "README.md", "content": "# renamed project\n"}},
+                       {"name": "Write", "args": {"path": "notes/todo.md", "content": "- one\n- two\n"}}]},
+        {"text": "Done."}]}))
+    pidesk("run", str(project), "change things", "--model", f"scripted/{script}", "--permission", "auto",
+           data_dir=data_dir)
+    session_id = json.loads(pidesk("sessions", "list", "--json", data_dir=data_dir).stdout)[0]["id"]
+    changes = json.loads(pidesk("diff", session_id, "--json", data_dir=data_dir).stdout)
+    [turn] = changes["turns"]
+    assert {f["path"]: (f["status"], f["additions"], f["deletions"]) for f in turn["files"]} == {
+        "README.md": ("modified", 1, 1), "notes/todo.md": ("added", 2, 0)}
+    text = pidesk("diff", session_id, data_dir=data_dir).stdout
+    assert "-# demo project" in text and "+# renamed project" in text and "+- two" in text
+    stat = pidesk("diff", session_id, "--turn", turn["turnId"], "--stat", data_dir=data_dir).stdout
+    assert "2 files changed, +3 -1" in stat and "notes/todo.md" in stat and "@@" not in stat
+
+    declined = pidesk("revert", session_id, "--turn", turn["turnId"], data_dir=data_dir, stdin="n\n")
+    assert "README.md" in declined.stdout and "notes/todo.md" in declined.stdout and "by hand" in declined.stdout
+    assert (project / "README.md").read_text() == "# renamed project\n"
+    done = pidesk("revert", session_id, "--turn", turn["turnId"], data_dir=data_dir, stdin="y\n")
+    assert (project / "README.md").read_text() == "# demo project\n" and not (project / "notes").exists()
+    assert "Reverted 2 files" in done.stdout and "--turn rv_" in done.stdout
+
+
+def test_issue17_revert_of_an_unknown_turn_is_a_code_not_a_traceback(project, data_dir):
+    """Issue 17: a wrong turn id ends with NOT_FOUND and a message, exit status 2."""
+    session_id = json.loads(pidesk("sessions", "new", str(project), "--json", data_dir=data_dir).stdout)["id"]
+    done = pidesk("revert", session_id, "--turn", "t_missing", "--yes", data_dir=data_dir, check=False)
+    assert done.returncode == 2 and "NOT_FOUND" in done.stderr and "Traceback" not in done.stderr
