@@ -3,7 +3,9 @@
 This is the only module that reads ``os.environ`` (and only as a default for
 ``from_environ``). Precedence: explicit argument > environment > config file > default.
 
-The config file is ``$PIDESK_CONFIG``, else ``<platform config dir>/pidesk/config.toml``::
+The config file is ``$PIDESK_CONFIG``, else ``<platform config dir>/pidesk/config.toml``. That
+directory also holds the global ``AGENTS.md`` and ``skills/`` every session's model is told
+about (``HostConfig.config_dir``; pidesk.host.instructions), wherever the config file is::
 
     model = "openai/gpt-4.1"          # the default model (else: demo, built in and offline)
     approval_timeout = 1800           # seconds a submitted plan waits for a decision
@@ -64,6 +66,8 @@ class HostConfig:
     # off with PIDESK_HTTP_TRANSPORT=httpx (or the file's http_transport) or when the environment names
     # a proxy, which httpx would take (a proxy may itself be reached over TLS)
     lean_http: bool = True
+    # <platform config dir>/pidesk: the global AGENTS.md and skills/ (pidesk.host.instructions); None: none
+    config_dir: Path | None = None
 
     @classmethod
     def from_environ(
@@ -97,6 +101,7 @@ class HostConfig:
             mcp_servers=dict(file.get("plugins", {}).get("mcp", {})),
             strict_planning=env.get("PIDESK_STRICT_PLANNING", str(file.get("strict_planning", ""))).lower()
             in ("1", "true", "yes"),
+            config_dir=_default_config_dir(),
             lean_http=(env.get("PIDESK_HTTP_TRANSPORT") or str(file.get("http_transport", "pidesk"))).lower() != "httpx"
             and not any(env.get(name) for name in _PROXY_VARIABLES),
             faults=Faults(
@@ -126,10 +131,14 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         raise InvalidParams(f"cannot read the config file {path}: {exc}", Code.MODEL_NOT_CONFIGURED) from None
 
 
-def _default_config_file() -> Path:
+def _default_config_dir() -> Path:
     from platformdirs import user_config_dir
 
-    return Path(user_config_dir("pidesk", appauthor=False)) / "config.toml"
+    return Path(user_config_dir("pidesk", appauthor=False))
+
+
+def _default_config_file() -> Path:
+    return _default_config_dir() / "config.toml"
 
 
 def _default_data_dir() -> str:

@@ -20,6 +20,7 @@ from pidesk.host import checkpoints
 from pidesk.host.approvals import Approvals
 from pidesk.host.delegates import Delegates
 from pidesk.host.executions import Executions
+from pidesk.host.instructions import Instructions, Prepared
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
@@ -34,7 +35,7 @@ from pidesk.tools.base import ToolResult
 class HostTurnContext:
     def __init__(
         self, parts: Parts, live: LiveTurn, permissions: Permissions, approvals: Approvals, executions: Executions,
-        delegates: Delegates,
+        delegates: Delegates, instructions: Instructions | None = None,
     ) -> None:
         self.p = parts
         self.live = live
@@ -47,6 +48,9 @@ class HostTurnContext:
         self.delegates = delegates
         self._tools: dict[str, Tool] | None = None
         self._session: Session | None = None
+        self.instructions = instructions
+        self._prepared: Prepared | None = None  # this turn's instruction files, skills and environment
+        self._prompts: dict[Mode, str] = {}
 
     def _current(self) -> Session:
         """The session row as this turn last read it. Nothing else changes its mode, root or project
@@ -59,9 +63,22 @@ class HostTurnContext:
     def stop_requested(self) -> bool:
         return self.live.stop_requested
 
+    async def prepare(self) -> None:
+        """Gather, once and off the loop, what every request of this turn tells the model beyond its
+        transcript (pidesk.host.instructions); ``session.context`` reports it while the turn runs."""
+        if self.instructions is not None:
+            self._prepared = await self.instructions.for_turn(self._current())
+            self.instructions.active[self.session_id] = self._prepared
+
     def system_prompt(self) -> str:
         session = self._current()
-        return system_prompt(session.mode, session.root)
+        prompt = self._prompts.get(session.mode)
+        if prompt is None:
+            prepared = self._prepared
+            prompt = self._prompts[session.mode] = system_prompt(
+                session.mode, session.root, prepared.context if prepared else None,
+                prepared.environment if prepared else None)
+        return prompt
 
     def tool_specs(self) -> list[dict[str, Any]]:
         session = self._current()
@@ -182,6 +199,9 @@ class HostTurnContext:
         )))
 
     async def close(self) -> None:
+        if self.instructions is not None and self._prepared is not None \
+                and self.instructions.active.get(self.session_id) is self._prepared:
+            del self.instructions.active[self.session_id]
         await close_tools(self._tools)
 
     def _workspace_tools(self) -> dict[str, Tool]:

@@ -21,6 +21,7 @@ from pidesk.core import policy
 from pidesk.core.errors import Code
 from pidesk.core.events import ToolFinished, ToolStarted
 from pidesk.core.records import Block, Message, TextBlock, ToolCallBlock, Usage
+from pidesk.host.instructions import Instructions
 from pidesk.host import checkpoints
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
@@ -36,9 +37,10 @@ MAX_DELEGATES = 8
 
 
 class Delegates:
-    def __init__(self, parts: Parts, permissions: Permissions) -> None:
+    def __init__(self, parts: Parts, permissions: Permissions, instructions: Instructions | None = None) -> None:
         self.p = parts
         self.permissions = permissions
+        self.instructions = instructions
 
     def start(self, live: LiveTurn, call: ToolCallBlock) -> ToolOutcome:
         description, prompt = call.args.get("description"), call.args.get("prompt")
@@ -47,7 +49,7 @@ class Delegates:
         if len(live.delegates) >= MAX_DELEGATES:
             return ToolOutcome(ToolResult.failure(f"at most {MAX_DELEGATES} tasks per turn"))
         task_id = f"task_{len(live.delegates) + 1}"
-        context = DelegateContext(self.p, live, self.permissions, task_id, description, prompt)
+        context = DelegateContext(self.p, live, self.permissions, task_id, description, prompt, self.instructions)
         live.delegates[task_id] = asyncio.create_task(context.run(), name=f"{live.turn_id} {task_id}")
         return ToolOutcome(ToolResult(ok=True, output=f"Started {task_id}: {description}. Collect it with TaskWait."))
 
@@ -84,7 +86,7 @@ class DelegateContext:
     """The runtime's TurnContext for a child agent: its own memory, its parent's authority."""
 
     def __init__(self, parts: Parts, live: LiveTurn, permissions: Permissions, task_id: str,
-                 description: str, prompt: str) -> None:
+                 description: str, prompt: str, instructions: Instructions | None = None) -> None:
         self.p = parts
         self.live = live
         self.permissions = permissions
@@ -95,6 +97,7 @@ class DelegateContext:
         self.messages: list[Message] = []
         self._prompt = prompt
         self._tools: dict[str, Tool] | None = None
+        self.instructions = instructions
 
     async def run(self) -> str:
         await self.append("user", [TextBlock(text=self._prompt)])
@@ -109,8 +112,12 @@ class DelegateContext:
         return self.live.stop_requested
 
     def system_prompt(self) -> str:
+        """The parent turn's prompt (its instruction files, skills and environment), then the task."""
         session = self.p.session(self.session_id)
-        return (f"{system_prompt(session.mode, session.root)}\nYou are a delegate working on one task: "
+        prepared = self.instructions.active.get(self.session_id) if self.instructions is not None else None
+        base = system_prompt(session.mode, session.root, prepared.context if prepared else None,
+                             prepared.environment if prepared else None)
+        return (f"{base}\n\nYou are a delegate working on one task: "
                 f"{self.description}. Answer with what you found; you cannot submit plans or change modes.")
 
     def tool_specs(self) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from pidesk.host.context import HostTurnContext
 from pidesk.host.delegates import Delegates
 from pidesk.host.executions import Executions
 from pidesk.host.forks import Forks
+from pidesk.host.instructions import Instructions, listing
 from pidesk.host.live import Live, LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
@@ -67,7 +68,9 @@ class Host:
         self.approvals = Approvals(p)
         self.executions = Executions(p, self.turns)
         self.forks = Forks(p)
-        self.delegates = Delegates(p, self.permissions)
+        self.instructions = Instructions(config.config_dir, store.data_dir, config.tool_env,
+                                         lambda: clock().astimezone().date().isoformat())
+        self.delegates = Delegates(p, self.permissions, self.instructions)
         self.schedules = Schedules(p, self.sessions, self.turns, clock)
         self.turns.context_factory = self._context
         self.turns.after_turn = self._after_turn
@@ -137,8 +140,11 @@ class Host:
     def subscribe(self) -> Subscription:
         return self.parts.bus.subscribe()
 
-    def _context(self, live: LiveTurn) -> HostTurnContext:
-        return HostTurnContext(self.parts, live, self.permissions, self.approvals, self.executions, self.delegates)
+    async def _context(self, live: LiveTurn) -> HostTurnContext:
+        context = HostTurnContext(self.parts, live, self.permissions, self.approvals, self.executions,
+                                  self.delegates, self.instructions)
+        await context.prepare()
+        return context
 
     async def _after_turn(self, session_id: str) -> None:
         if not await self.executions.dispatch(session_id):
@@ -221,6 +227,13 @@ class Host:
 
     async def session_fork(self, session_id: Any, through_message_id: Any = None) -> Session:
         return self.forks.fork(session_id, through_message_id)
+
+    async def session_context(self, session_id: Any) -> dict[str, Any]:
+        """PROTOCOL.md Additions: the instruction files and skills the session's next model request
+        includes (plus ``warnings``, a pidesk addition: what was found and left out, and why)."""
+        session = self.parts.session(validate.ident(session_id, "sessionId"))
+        running = self.parts.live.turns.get(session.id) is not None
+        return listing(await self.instructions.next_request(session, running))
 
     async def session_focus(self, session_id: Any, client_id: str = "local") -> dict[str, Any]:
         self.sessions.focus(client_id, session_id)
@@ -447,7 +460,7 @@ METHODS: dict[str, str] = {
     for name in (
         "host.hello", "host.status", "host.doctor",
         "session.create", "session.list", "session.get", "session.turns", "session.delete", "session.rename",
-        "session.setMode", "session.setPermissionMode", "session.fork", "session.focus",
+        "session.setMode", "session.setPermissionMode", "session.fork", "session.focus", "session.context",
         "session.changes", "session.revert",
         "agent.prompt", "agent.steer", "agent.stop", "agent.abort",
         "agent.queue.push", "agent.queue.list", "agent.queue.remove", "agent.queue.prioritize",

@@ -67,7 +67,7 @@ class AbortResult:
     restored_draft: Draft | None = None
 
 
-ContextFactory = Callable[[LiveTurn], object]
+ContextFactory = Callable[[LiveTurn], Awaitable[object]]  # prepared for the turn's first request
 
 
 class Turns:
@@ -152,7 +152,7 @@ class Turns:
             else:
                 await checkpoints.of(self.p).before_turn(live)  # the workspace before the turn (issue 17)
                 assert self.context_factory is not None
-                ctx = self.context_factory(live)
+                ctx = await self.context_factory(live)
                 end = await run_turn(ctx, self.p.provider, self.p.gate)  # type: ignore[arg-type]
                 await Delegates.settle(live, end)  # seed 003 §3 rule 17
         except asyncio.CancelledError:

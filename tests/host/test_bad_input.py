@@ -50,6 +50,8 @@ CASES: list[tuple[str, dict, str]] = [
     ("session.fork", {"sessionId": UNKNOWN}, "NOT_FOUND"),
     ("session.fork", {"sessionId": "{sid}", "throughMessageId": UNKNOWN}, "NOT_FOUND"),
     ("session.focus", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("session.context", {"sessionId": UNKNOWN}, "NOT_FOUND"),
+    ("session.context", {"sessionId": 7}, "INVALID_PARAMS"),
     ("agent.prompt", {"sessionId": "{sid}", "text": ""}, "INVALID_PARAMS"),
     ("agent.prompt", {"sessionId": "{sid}", "text": ["not", "text"]}, "INVALID_PARAMS"),
     ("agent.prompt", {"sessionId": "{sid}", "text": "hi", "attachments": [{"kind": "file"}]}, "INVALID_PARAMS"),

@@ -12,6 +12,7 @@ import { Transcript } from './transcript.js';
 import { createLayout } from './layout.js';
 import { createComposer } from './composer.js';
 import { createSchedules } from './schedules.js';
+import { createContextLine } from './context.js';
 import {
   S, addUnread, busy, byUpdated, currentSession, newView, normPath, projectKey, putApproval, putPermission,
   pendingModes, putSession, sessionsIn,
@@ -73,6 +74,7 @@ const { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty, renderTi
 });
 
 const schedulesPanel = createSchedules(el, { rpc, toast: (what, kind) => toast(what, kind) });
+const contextLine = createContextLine($('context-line'), rpc, () => S.current);
 
 // ---- connection ---------------------------------------------------------------------
 
@@ -81,6 +83,7 @@ function onState(state, detail, initial) {
   renderConn();
   if (state === 'open') {
     hostInfo.strictPlanning = detail?.strictPlanning === true;
+    contextLine.reconnected();
     markOnce('pidesk:connected');
     try {
       resync(initial);
@@ -183,6 +186,7 @@ function onEvent(ev) {
     return;
   }
   schedulesPanel.hostEvent(ev);
+  contextLine.hostEvent(ev);
   switch (ev.type) {
     case 'session.updated': {
       const known = S.sessions.has(ev.session.id);
@@ -745,6 +749,7 @@ function renderAll() {
   renderComposer();
   renderEmpty();
   renderEarlier();
+  contextLine.show();
 }
 
 function updateUrl() {
