@@ -52,7 +52,8 @@ never fails over one.
 Environment: the date (the host's clock, as a local date), the platform, the
 shell Bash runs (bash), the root, and in a repository the branch and the count
 of changed files from one ``git status`` per turn, run as a subprocess with a
-short deadline (no answer in time, or no git: no Git line). It runs with
+short deadline (no answer in time, or no git: no Git line; no ``.git`` above the
+root: no git run at all). It runs with
 ``core.fsmonitor`` off and ``--no-optional-locks``, so it starts no monitor and
 takes no index lock under the agent's own git commands.
 """
@@ -150,8 +151,9 @@ class Instructions:
         return await asyncio.to_thread(self.gather_now, Path(session.root), session.project_path is None)
 
     async def environment(self, session: Session) -> Environment:
-        branch, changed = (None, None) if session.project_path is None else \
-            await git_state(Path(session.root), self.env)
+        root = Path(session.root)
+        in_repository = session.project_path is not None and await asyncio.to_thread(_repository, root) is not None
+        branch, changed = await git_state(root, self.env) if in_repository else (None, None)  # no git spawned
         return Environment(date=self.today(), platform=self.platform, shell=SHELL, root=session.root,
                            git_branch=branch, git_changed=changed)
 
@@ -361,6 +363,11 @@ def _description(fields: dict[str, str]) -> str:
     if len(description) > 1024:
         raise FrontMatterError(f"the description has {len(description)} characters (at most 1024)")
     return description
+
+
+def _repository(root: Path) -> Path | None:
+    top, _ = _chain(root)
+    return top if os.path.lexists(top / ".git") else None
 
 
 def _chain(root: Path) -> tuple[Path, list[Path]]:
