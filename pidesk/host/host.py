@@ -153,9 +153,12 @@ class Host:
     # ---- host.* ---------------------------------------------------------------------
 
     async def host_hello(self, protocol_version: Any, client: Any = None) -> dict[str, Any]:
+        if not isinstance(protocol_version, int) or isinstance(protocol_version, bool):  # not true, not 1.0
+            raise InvalidParams(f"protocolVersion must be an integer (this host speaks {PROTOCOL_VERSION}); "
+                                f"got {validate.brief(protocol_version)}")
         if protocol_version != PROTOCOL_VERSION:
             raise Conflict(f"this host speaks protocol {PROTOCOL_VERSION}; the client asked for "
-                           f"{protocol_version!r}", Code.PROTOCOL_MISMATCH)
+                           f"{validate.brief(protocol_version)}", Code.PROTOCOL_MISMATCH)
         return {"protocolVersion": PROTOCOL_VERSION, "schemaVersion": self.store.schema_version,
                 "hostVersion": __version__, "strictPlanning": self.parts.config.strict_planning}
 
@@ -183,8 +186,8 @@ class Host:
 
     async def session_get(self, session_id: Any, before_seq: Any = None, limit: Any = None) -> dict[str, Any]:
         session = self.parts.session(validate.ident(session_id, "sessionId"))
-        if before_seq is not None and (not isinstance(before_seq, int) or isinstance(before_seq, bool)):
-            raise InvalidParams("beforeSeq must be an integer")
+        if before_seq is not None:
+            before_seq = validate.integer(before_seq, "beforeSeq", 0, validate.INT64_MAX)
         count = validate.positive_int(limit, "limit", DEFAULT_PAGE, MAX_PAGE)
         messages, has_more = self.store.page(session.id, before_seq, count)
         with self.store.db.read() as db:

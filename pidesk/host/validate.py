@@ -1,7 +1,10 @@
 """Argument checks for the Host API: bad input raises INVALID_PARAMS before anything changes.
 
 The server passes JSON values straight through, so every public Host method
-checks its arguments' types itself.
+checks its arguments' types itself. An integer parameter is a JSON integer — never
+``true``/``false`` (Python's ``True == 1``) nor ``1.0`` — inside the range it allows
+(``integer``); anything else is INVALID_PARAMS with that range in the message, before
+the value reaches SQLite (whose integers are 64-bit: a larger one raised OverflowError).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pidesk.core.records import Attachment
 E = TypeVar("E", bound=StrEnum)
 
 MAX_TEXT = 1_000_000
+INT64_MAX = 2**63 - 1
 
 
 def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
@@ -63,18 +67,41 @@ def enum(value: Any, kind: type[E], name: str, code: Code = Code.INVALID_PARAMS)
         raise InvalidParams(f"{name} must be one of {choices}; got {value!r}", code) from None
 
 
+def integer(value: Any, name: str, minimum: int, maximum: int) -> int:
+    """A JSON integer in ``minimum..maximum``: a bool, a float (even ``1.0``) or a number out of
+    range is INVALID_PARAMS naming the range."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise InvalidParams(f"{name} must be an integer from {minimum} to {maximum}; got {brief(value)}")
+    return value
+
+
 def positive_int(value: Any, name: str, default: int, maximum: int) -> int:
-    if value is None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidParams(f"{name} must be a positive integer")
-    return min(value, maximum)
+    """An optional count (a page size): ``default`` when absent, else an integer in ``1..maximum``."""
+    return default if value is None else integer(value, name, 1, maximum)
+
+
+def brief(value: Any) -> str:
+    """A short rendering of a client's value for an error message (a 4,000-digit number is not echoed)."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, int):
+        return str(value) if abs(value) < 10**30 else f"a {len(str(abs(value)))}-digit number"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else repr(value[:40]) + "…"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def attachments(value: Any) -> list[Attachment]:
     if value is None:
         return []
     try:
-        return msgspec.convert(value, list[Attachment])
+        files = msgspec.convert(value, list[Attachment])
     except msgspec.ValidationError as exc:
         raise InvalidParams(f"attachments: {exc}") from None
+    for index, item in enumerate(files):
+        integer(item.size, f"attachments[{index}].size", 0, INT64_MAX)
+    return files

@@ -4,6 +4,15 @@ Each WebSocket connection is one client: it gets its own id (for
 ``session.focus`` visibility), every host event as an ``event`` notification in
 ``seq`` order, and its requests are served concurrently (a long ``agent.abort``
 does not hold up a ``session.get``). Closing the connection drops its focus.
+
+A WebSocket client costs the host bounded memory however it behaves: a send
+waits for the socket to drain (uvicorn's write buffer stops at its high-water
+mark), so the events a client has not read wait in its bus subscription, which
+is bounded (``DoorLimits.max_behind_events``/``max_behind_bytes``: PROTOCOL.md
+"Limits"); past that the client is dropped and closed with 1013 at once (the
+close frame queued behind what it has not read), to reconnect and re-read state.
+At most ``MAX_IN_FLIGHT`` of a connection's requests run at once; the next frame
+is read when one finishes.
 """
 
 from __future__ import annotations
@@ -24,15 +33,20 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from pidesk.core.events import event_payload
 from pidesk.host import Host
+from pidesk.host.bus import FellBehind
 from pidesk.ids import new_id
 from pidesk.server import rpc
 from pidesk.server.door import Door
+from pidesk.server.protocol import CLOSE_NOW, DoorLimits
 
 log = logging.getLogger("pidesk.server")
 STATIC = Path(__file__).parent.parent / "ui" / "static"
+FELL_BEHIND = 1013  # "try again later": reconnect and re-read the state
+MAX_IN_FLIGHT = 64
 
 
-def create_app(host: Host, token: str, port: Callable[[], int], extra_hosts: tuple[str, ...] = ()) -> Door:
+def create_app(host: Host, token: str, port: Callable[[], int], extra_hosts: tuple[str, ...] = (),
+               limits: DoorLimits = DoorLimits()) -> Door:
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"ok": True})
 
@@ -57,9 +71,11 @@ def create_app(host: Host, token: str, port: Callable[[], int], extra_hosts: tup
     async def rpc_ws(websocket: WebSocket) -> None:
         await websocket.accept()
         client_id = new_id("c")
-        subscription = host.subscribe()
+        subscription = host.subscribe().bound(limits.max_behind_events, limits.max_behind_bytes)
         send_lock = asyncio.Lock()
         requests: set[asyncio.Task[None]] = set()
+        slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        close_now: Callable[[int, str], None] | None = websocket.scope.get("extensions", {}).get(CLOSE_NOW)
 
         async def send(payload: Any) -> None:
             async with send_lock:
@@ -67,18 +83,35 @@ def create_app(host: Host, token: str, port: Callable[[], int], extra_hosts: tup
                     await websocket.send_text(rpc.encode(payload).decode())
 
         async def push_events() -> None:
-            while True:
-                seq, event = await subscription.next()
-                await send({"jsonrpc": "2.0", "method": "event", "params": event_payload(event, seq)})
+            with contextlib.suppress(FellBehind):
+                while True:
+                    seq, event = await subscription.next()
+                    await send({"jsonrpc": "2.0", "method": "event", "params": event_payload(event, seq)})
+
+        def fell_behind() -> None:
+            pusher.cancel()  # it may be waiting for the socket to drain, which a stalled reader never lets happen
+            reason = "fell too far behind the host's events: reconnect and re-read the state"
+            if close_now is not None:
+                close_now(FELL_BEHIND, reason)
+            else:
+                requests.add(asyncio.ensure_future(websocket.close(FELL_BEHIND, reason)))
 
         async def serve(raw: str | bytes) -> None:
-            payload = await rpc.handle_frame(host, raw, client_id)
-            if payload is not None:
-                await send(payload)
+            try:
+                payload = await rpc.handle_frame(host, raw, client_id)
+                if payload is not None:
+                    await send(payload)
+            finally:
+                slots.release()
+
+        def dropped() -> None:  # called inside the bus's publish: act once it has returned
+            asyncio.get_running_loop().call_soon(fell_behind)
 
         pusher = asyncio.create_task(push_events())
+        subscription.on_drop = dropped
         try:
             while True:
+                await slots.acquire()
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     break

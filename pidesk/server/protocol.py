@@ -1,41 +1,251 @@
-"""The HTTP protocol the host listens with: uvicorn's h11, plus a first-byte deadline.
+"""The protocols the host listens with: uvicorn's h11 and websockets, plus the door's limits.
 
-uvicorn starts its keep-alive timer only after a first response, so a
-connection that never sends a byte would hold a file descriptor forever; enough
-of them lock every client out. Here a connection that has sent nothing within
-``FIRST_BYTE_TIMEOUT`` seconds is closed.
+Nothing here needs a token: these limits hold before any request is read.
+
+- **Request deadline.** A connection must send a complete request — headers and
+  the whole body — within ``request_timeout`` seconds (10) of connecting, or of
+  its previous answer; else it is closed. Silence, one byte, headers trickled a
+  byte at a time, a body promised and never sent: all are closed at the deadline.
+  (uvicorn alone reaps none of these: its keep-alive timer starts only after a
+  first answer and stops at the next byte.) A request being answered, however
+  long it takes, and an upgraded WebSocket have no deadline.
+- **Connection cap.** At most ``max_connections`` connections are open at once
+  (by default the open-files limit less headroom for the store, transcripts,
+  subprocesses and plugins), so ``accept`` never fails with EMFILE. At the cap a
+  new connection takes the place of the one that has waited longest for its
+  request to arrive (a slow sender, never a client being answered nor a
+  WebSocket) — among those that have had their chance to send: read at least
+  once, or open for ``FRESH`` seconds. (Connections are accepted in bursts,
+  before any of them is read: without that, a burst of slow ones would push out
+  a real client accepted with them before its request could be read.) When none
+  is to be shed, the new connection is answered 503 and closed at once. The
+  listening socket (``ListeningSocket``) accepts at most ``ACCEPT_BATCH``
+  connections per turn of the event loop (asyncio would take up to the whole
+  backlog, 2,048, before admitting any): the cap is applied before the
+  descriptors run out, with the rest of the headroom to spare.
+- **Closing a WebSocket now.** ``CLOSE_NOW`` in a WebSocket scope's extensions is
+  a callable ``(code, reason)`` that queues the close frame behind what is already
+  buffered without waiting for the peer to read (uvicorn's own close waits for the
+  write buffer to drain, which a stalled reader never lets happen). A peer that
+  has not read up to it within ``CLOSE_GRACE`` seconds is cut off.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import itertools
+import logging
+import resource
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.exceptions import InvalidState
 
-FIRST_BYTE_TIMEOUT = 5.0
+log = logging.getLogger("pidesk.server")
+
+CLOSE_NOW = "pidesk.close_now"
+CLOSE_GRACE = 30.0
+FRESH = 1.0  # seconds an unread new connection is not shed
+ACCEPT_BATCH = 32  # connections accepted per turn of the event loop (admitted two turns later)
+SHED_SCAN = 64  # how many of the longest-waiting connections are looked at for one to shed
+BUSY = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+FD_HEADROOM = 256  # at least this many descriptors stay free for everything but client connections
+WAITING = (h11.IDLE, h11.SEND_BODY)  # the client's h11 states while its request is still arriving
 
 
-class ReapingH11Protocol(H11Protocol):
-    _first_byte: asyncio.TimerHandle | None = None
+@dataclass(frozen=True)
+class DoorLimits:
+    request_timeout: float = 10.0
+    max_connections: int | None = None  # None: from the open-files limit (``default_max_connections``)
+    max_behind_events: int = 10_000  # a WebSocket further behind than this is closed 1013
+    max_behind_bytes: int = 64 * 1024 * 1024
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._first_byte = self.loop.call_later(FIRST_BYTE_TIMEOUT, self._reap_silent)
 
-    def data_received(self, data: bytes) -> None:
-        self._cancel_deadline()
-        super().data_received(data)
+def default_max_connections() -> int:
+    """The open-files soft limit less headroom: an eighth of it, at least ``FD_HEADROOM``."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 65536
+    return max(16, soft - max(FD_HEADROOM, soft // 8))
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_deadline()
-        super().connection_lost(exc)
 
-    def _cancel_deadline(self) -> None:
-        if self._first_byte is not None:
-            self._first_byte.cancel()
-            self._first_byte = None
+class Waiting(Protocol):
+    def sheddable(self, now: float) -> bool: ...
 
-    def _reap_silent(self) -> None:
-        self._first_byte = None
-        self.transport.close()
+
+class Connections:
+    """The open connections of one server (by transport, which a WebSocket upgrade keeps) and,
+    longest waiting first, those whose request has not all arrived."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.open: set[asyncio.BaseTransport] = set()
+        self.waiting: dict[asyncio.BaseTransport, Waiting] = {}  # insertion-ordered: the longest waiting first
+        self.shed = 0
+        self.refused = 0
+        self._warned_at = -1e9
+
+    def admit(self, transport: asyncio.BaseTransport, now: float) -> bool:
+        """Make room for a new connection (shedding the longest waiting one); False: refuse it."""
+        if len(self.open) >= self.cap:
+            victim = next((t for t, c in itertools.islice(self.waiting.items(), SHED_SCAN) if c.sheddable(now)), None)
+            if victim is None:
+                self.refused += 1
+                self._warn()
+                return False
+            self.release(victim)
+            self.shed += 1
+            self._warn()
+            _abort(victim)
+        self.open.add(transport)
+        return True
+
+    def release(self, transport: asyncio.BaseTransport) -> None:
+        self.open.discard(transport)
+        self.waiting.pop(transport, None)
+
+    def _warn(self) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= 60:
+            self._warned_at = now
+            log.warning("at the cap of %d open connections (is something holding connections open without "
+                        "sending requests?); so far, slow connections closed to make room: %d, new ones refused: %d",
+                        self.cap, self.shed, self.refused)
+
+
+class ListeningSocket(socket.socket):
+    """A listening socket whose ``accept`` takes at most ``ACCEPT_BATCH`` connections per turn of the
+    event loop; past that it answers "nothing waiting" (asyncio's accept loop then stops until the
+    next turn, and the kernel keeps the rest queued)."""
+
+    _accepted = 0
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if self._accepted >= ACCEPT_BATCH:
+            raise BlockingIOError("the connections accepted this turn are not admitted yet")
+        conn, address = super().accept()
+        if self._accepted == 0:
+            asyncio.get_running_loop().call_soon(self._next_turn)
+        self._accepted += 1
+        return conn, address
+
+    def _next_turn(self) -> None:
+        self._accepted = 0
+
+
+def _abort(transport: asyncio.BaseTransport) -> None:
+    abort = getattr(transport, "abort", None)
+    if abort is not None:
+        abort()
+    else:  # pragma: no cover — every TCP transport can abort
+        transport.close()
+
+
+def protocols(limits: DoorLimits) -> tuple[type[H11Protocol], type[WebSocketsSansIOProtocol]]:
+    """The HTTP and WebSocket protocol classes for one server, sharing its connection table."""
+    table = Connections(limits.max_connections or default_max_connections())
+
+    class DoorH11Protocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+        _upgraded = False
+        _admitted = False
+        _read = False
+        _admitted_at = 0.0
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._admitted_at = self.loop.time()
+            self._admitted = table.admit(transport, self._admitted_at)
+            if not self._admitted:
+                transport.write(BUSY)
+                transport.close()
+                return
+            self._track()
+
+        def data_received(self, data: bytes) -> None:
+            self._read = True
+            super().data_received(data)
+            self._track()
+
+        def sheddable(self, now: float) -> bool:
+            return self._read or now - self._admitted_at >= FRESH
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._track()
+
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            self._upgraded = True  # from here the WebSocket protocol owns the transport (and its slot)
+            self._track()
+            super().handle_websocket_upgrade(event)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_deadline()
+            if self._admitted:
+                table.release(self.transport)
+            super().connection_lost(exc)
+
+        def _track(self) -> None:
+            """Arm the deadline when the connection starts waiting for a request, stop it once one is in."""
+            waiting = (self._admitted and not self._upgraded and not self.transport.is_closing()
+                       and self.conn.their_state in WAITING)
+            if waiting and self._deadline is None:
+                self._deadline = self.loop.call_later(limits.request_timeout, self._expire)
+                table.waiting[self.transport] = self
+            elif not waiting and self._deadline is not None:
+                self._stop_deadline()
+
+        def _stop_deadline(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            if self._admitted:
+                table.waiting.pop(self.transport, None)
+
+        def _expire(self) -> None:
+            self._deadline = None
+            table.waiting.pop(self.transport, None)
+            if self.transport.get_write_buffer_size():
+                self.transport.abort()  # what is buffered would wait for a peer that may never read
+            else:
+                self.transport.close()
+
+    class DoorWebSocketProtocol(WebSocketsSansIOProtocol):
+        def handle_connect(self, event: Any) -> None:
+            super().handle_connect(event)
+            scope = getattr(self, "scope", None)
+            if scope is not None:
+                scope["extensions"][CLOSE_NOW] = self.close_now
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            table.release(self.transport)
+            super().connection_lost(exc)
+
+        def shutdown(self) -> None:
+            super().shutdown()
+            if self.transport.get_write_buffer_size():  # a peer that does not read would hold up the exit
+                self.transport.abort()
+
+        def close_now(self, code: int, reason: str) -> None:
+            if self.close_sent or self.disconnected or self.transport.is_closing():
+                return
+            try:
+                self.conn.send_close(code, reason)
+            except InvalidState:  # the peer's close is already in: the connection is ending anyway
+                return
+            self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
+            self.transport.write(b"".join(self.conn.data_to_send()))
+            self.close_sent = True
+            if self.read_paused:
+                self.read_paused = False
+                self.transport.resume_reading()
+            if self.close_timer is not None:
+                self.close_timer.cancel()
+            self.close_timer = self.loop.call_later(CLOSE_GRACE, self.transport.abort)
+
+    return DoorH11Protocol, DoorWebSocketProtocol

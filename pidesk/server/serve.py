@@ -2,10 +2,11 @@
 
 Order of start: take the data dir's lock (a second host refuses to start), open
 the Host (startup recovery completes here, before the port opens), bind and
-listen, then write ``host.json`` (mode 0600) and announce the URL. What start-up
-allocated is frozen out of the garbage collector's way just before (and the vendor
-SDK once its background import is done), so a full collection walks only what the
-turns allocate. On SIGTERM/SIGINT: stop accepting, abort running turns (recorded),
+listen (with the door's limits: a request deadline, a cap on connections below
+the open-files limit, raised first; ``protocol.py``), then write ``host.json``
+(mode 0600) and announce the URL. What start-up allocated is frozen out of the
+garbage collector's way just before (and the vendor SDK once its background
+import is done), so a full collection walks only what the turns allocate. On SIGTERM/SIGINT: stop accepting, abort running turns (recorded),
 close the store, remove ``host.json``, release the lock, exit 0. On SIGUSR1: write
 the stack of every task (each turn's first) to stderr, to see what a stuck turn waits on.
 """
@@ -34,7 +35,7 @@ from pidesk.core.errors import StartupRefused
 from pidesk.host import Host
 from pidesk.providers.base import Provider
 from pidesk.server.app import create_app
-from pidesk.server.protocol import ReapingH11Protocol
+from pidesk.server.protocol import DoorLimits, ListeningSocket, protocols
 from pidesk.server.rpc import MAX_FRAME
 from pidesk.store.lock import DataDirLock
 from pidesk.tools.children import use_pidfd_watcher
@@ -48,6 +49,7 @@ class ServeOptions:
     port: int = 0
     token: str | None = None
     allow_remote: bool = False
+    limits: DoorLimits = DoorLimits()
 
 
 async def serve(config: HostConfig, provider: Provider, options: ServeOptions,
@@ -71,7 +73,7 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
     token = options.token or secrets.token_urlsafe(32)
     family = socket.AF_INET6 if ":" in options.bind else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets it knows are TCP
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock = ListeningSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((options.bind, options.port))
@@ -80,10 +82,11 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
         raise StartupRefused(f"cannot listen on {options.bind}:{options.port}: {exc.strerror or exc}") from None
     port = sock.getsockname()[1]
     extra = () if options.bind in LOOPBACK else (options.bind,)
-    app = create_app(host, token, lambda: port, extra)
-    _raise_fd_limit()
+    app = create_app(host, token, lambda: port, extra, options.limits)
+    _raise_fd_limit()  # before ``protocols``: the connection cap is taken from the raised limit
+    http, ws = protocols(options.limits)
     server = uvicorn.Server(uvicorn.Config(
-        app, http=ReapingH11Protocol, ws="websockets-sansio", ws_max_size=MAX_FRAME, log_level="warning",
+        app, http=http, ws=ws, ws_max_size=MAX_FRAME, log_level="warning",
         lifespan="off", timeout_graceful_shutdown=5, access_log=False,
     ))
     config_ = server.config

@@ -44,6 +44,7 @@ from pidesk.config import HostConfig
 from pidesk.host import Host
 from pidesk.providers.scripted import ScriptedProvider
 from pidesk.server import serve as serve_module
+from pidesk.server.protocol import DoorLimits
 from pidesk.server.serve import ServeOptions
 from pidesk.store.lock import DataDirLock
 
@@ -276,8 +277,9 @@ class ServerHandle:
 
 
 async def launch(data_dir: Path, project: Path, http: httpx.AsyncClient, provider: ScriptedProvider | None = None,
-                 **config: Any) -> ServerHandle:
-    """Run ``serve`` as a task of the running loop and return once it has announced itself."""
+                 limits: DoorLimits | None = None, **config: Any) -> ServerHandle:
+    """Run ``serve`` as a task of the running loop and return once it has announced itself
+    (``limits``: the door's, e.g. a short request deadline; PROTOCOL.md's by default)."""
     provider = provider or ScriptedProvider()
     ready = asyncio.Event()
     box: dict[str, Any] = {}
@@ -297,7 +299,8 @@ async def launch(data_dir: Path, project: Path, http: httpx.AsyncClient, provide
     with pytest.MonkeyPatch.context() as patch:  # only while serve() opens its Host
         patch.setattr(serve_module, "Host", TestHost)
         task = asyncio.create_task(serve_module.serve(
-            HostConfig(data_dir=data_dir, **config), provider, ServeOptions(port=0, token=TOKEN), announce,
+            HostConfig(data_dir=data_dir, **config), provider,
+            ServeOptions(port=0, token=TOKEN, limits=limits or DoorLimits()), announce,
         ))
         waiter = asyncio.create_task(ready.wait())
         await asyncio.wait({task, waiter}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
@@ -313,7 +316,7 @@ async def launch(data_dir: Path, project: Path, http: httpx.AsyncClient, provide
 
 @pytest_asyncio.fixture
 async def start_server(tmp_path: Path, project: Path) -> AsyncIterator[Callable[..., Any]]:
-    """Start the real server in-process: ``await start_server(provider=…, **HostConfig fields)``.
+    """Start the real server in-process: ``await start_server(provider=…, limits=…, **HostConfig fields)``.
 
     Teardown cancels every serve task still running and fails the test if that left
     host.json or the data-dir lock behind."""
@@ -321,8 +324,9 @@ async def start_server(tmp_path: Path, project: Path) -> AsyncIterator[Callable[
     http = http_client()
 
     async def start(provider: ScriptedProvider | None = None, data_dir: Path | None = None,
-                    **config: Any) -> Served:
-        handle = await launch(data_dir or tmp_path / f"data{len(handles)}", project, http, provider, **config)
+                    limits: DoorLimits | None = None, **config: Any) -> Served:
+        handle = await launch(data_dir or tmp_path / f"data{len(handles)}", project, http, provider, limits,
+                              **config)
         handles.append(handle)
         return handle.served
 

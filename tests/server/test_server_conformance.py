@@ -168,7 +168,8 @@ async def test_host_methods_over_websocket_and_http(served):
     status = await c.call("host.status")
     assert status == {"sessions": 0, "running": 0, "pendingApprovals": 0, "queued": 0}
     rpc_error(await c.error("host.hello", {"protocolVersion": 2}), -32000, "PROTOCOL_MISMATCH")
-    rpc_error(await c.error("host.hello", {"protocolVersion": "1"}), -32000, "PROTOCOL_MISMATCH")
+    # a version that is not an integer is a wrong type, not another version (authority hole 16)
+    rpc_error(await c.error("host.hello", {"protocolVersion": "1"}), -32602, "INVALID_PARAMS")
 
     assert await served.call("host.hello", {"protocolVersion": 1}) == hello
     created = is_session(await served.call("session.create", {"projectPath": str(served.project), "title": "http"}))

@@ -181,8 +181,15 @@ def nested(depth: int, leaf: Any, kind: str) -> Any:
 
 
 deep = st.builds(nested, st.integers(1, 300), scalars, st.sampled_from(["list", "dict"]))
-READ_PARAMS = {"sessionId": st.sampled_from([S0, "s_nope"]) | json_values, "limit": json_values,
-               "beforeSeq": json_values, "protocolVersion": st.just(1) | json_values, "client": json_values,
+# Numbers for integer params: in and around every range a param allows, SQLite's int64 edges, far past
+# them, and what Python confuses with integers (bools, integral floats).
+INT_EDGES = [0, 1, -1, 1000, 1001, 10_000, 10_001, 2**53, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 2**70,
+             -(2**70), True, False, 1.0, 0.0, -1.5, 1e300]
+numbers = (st.integers(-(2**70), 2**70) | st.integers(-5, 10_010) | st.sampled_from(INT_EDGES) | st.booleans()
+           | st.floats(allow_nan=False, allow_infinity=False))
+READ_PARAMS = {"sessionId": st.sampled_from([S0, "s_nope"]) | json_values, "limit": numbers | json_values,
+               "beforeSeq": numbers | json_values, "protocolVersion": st.just(1) | numbers | json_values,
+               "client": json_values,
                "projectPath": st.text(max_size=30).filter(lambda t: "\x00" not in t) | json_values,
                "approvalId": json_values, "unseenOnly": json_values, "extra": deep}
 read_params = st.none() | json_values | deep | st.fixed_dictionaries({}, optional=READ_PARAMS)
@@ -381,6 +388,45 @@ def test_http_garbage_gets_an_error_and_changes_nothing(http_probe, raw):
         assert payload is not None
     else:
         check_payload(payload, want)
+
+
+# ---- integer params: every number, every range -----------------------------------------------------------
+
+# (method, param) -> the range it allows; every integer param of PROTOCOL.md's table (attachment sizes,
+# the one other, are in test_server_door_limits.py: sending them can queue a prompt)
+INT_RANGES = {("session.get", "beforeSeq"): (0, 2**63 - 1), ("session.get", "limit"): (1, 1000),
+              ("session.turns", "limit"): (1, 1000), ("audit.list", "limit"): (1, 10_000)}
+
+
+def is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@settings(SETTINGS, max_examples=300)
+@given(target=st.sampled_from([*INT_RANGES, ("host.hello", "protocolVersion")]), value=numbers)
+def test_integer_params_out_of_range_are_invalid_params_never_internal(http_probe, fuzz_host, target, value):
+    """Authority hole 14 (and 16): any number in any integer param — up to ±2^70, bools, floats — is
+    answered: a result when it is an integer in the param's range, else INVALID_PARAMS naming the range
+    (host.hello: PROTOCOL_MISMATCH for another integer). Never INTERNAL, nothing changes."""
+    method, name = target
+    params: dict[str, Any] = {name: value}
+    if method in ("session.get", "session.turns"):
+        params["sessionId"] = fuzz_host.session_id
+    answer = http_probe.post(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode())
+    if method == "host.hello":
+        if is_integer(value) and value == 1:
+            assert answer["result"]["protocolVersion"] == 1, answer
+        elif is_integer(value):
+            assert answer["error"]["data"]["code"] == "PROTOCOL_MISMATCH", answer
+        else:
+            assert answer["error"]["code"] == -32602 and answer["error"]["data"]["code"] == "INVALID_PARAMS", answer
+        return
+    low, high = INT_RANGES[target]
+    if is_integer(value) and low <= value <= high:
+        assert "result" in answer, answer
+    else:
+        assert answer["error"]["code"] == -32602 and answer["error"]["data"]["code"] == "INVALID_PARAMS", answer
+        assert f"{name} must be an integer from {low} to {high}" in answer["error"]["message"], answer
 
 
 # ---- the big and the deep, deterministically ----------------------------------------------------------
