@@ -26,7 +26,7 @@ from pidesk.config import HostConfig
 from pidesk.core.errors import Code, Conflict, InvalidParams, NotFound, PideskError
 from pidesk.core.events import AnyEvent, TurnEnded, event_payload
 from pidesk.core.modes import TurnOrigin
-from pidesk.core.records import Attachment, AttachmentBlock, Block, Draft, Session, TextBlock, Turn
+from pidesk.core.records import AttachmentBlock, Block, Draft, Session, TextBlock, Turn
 from pidesk.host import checkpoints, doctor, validate
 from pidesk.host.approvals import Approvals
 from pidesk.host.bus import EventBus, Subscription
@@ -285,7 +285,7 @@ class Host:
         if unattended is not None and not isinstance(unattended, bool):
             raise InvalidParams("unattended must be true or false")
         body = validate.text(text, "text")
-        files = self._stored(validate.attachments(attachments))
+        files = self.parts.stored_attachments(attachments)
         if self.parts.is_busy(session.id):
             raise Conflict("the session is running; queue the prompt or wait", Code.AGENT_BUSY)
         if unattended and session.mode.is_contract:
@@ -299,16 +299,6 @@ class Host:
         )
         self.sessions.title_from_prompt(session.id, body)
         return {"turnId": turn_id, "messageId": message_id}
-
-    def _stored(self, files: list[Attachment]) -> list[Attachment]:
-        """Every attachment must name bytes the host holds (``attachments.put``), with their true size."""
-        for item in files:
-            path = self.store.blobs.path(item.ref)
-            if path is None:
-                raise InvalidParams(f"attachment {item.name!r}: unknown ref {item.ref!r}; upload it with attachments.put")
-            if path.stat().st_size != item.size:
-                raise InvalidParams(f"attachment {item.name!r}: size {item.size} does not match its bytes")
-        return files
 
     async def agent_steer(self, session_id: Any, turn_id: Any, text: Any) -> dict[str, Any]:
         session = self.parts.session(validate.ident(session_id, "sessionId"))

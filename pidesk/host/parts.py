@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from pidesk.config import HostConfig
-from pidesk.core.errors import NotFound
+from pidesk.core.errors import InvalidParams, NotFound
 from pidesk.core.events import SessionUpdated
-from pidesk.core.records import Session
+from pidesk.core.records import Attachment, Session
+from pidesk.host import validate
 from pidesk.host.bus import EventBus
 from pidesk.host.live import Live
 from pidesk.providers.base import Provider
@@ -48,6 +49,18 @@ class Parts:
         directory, with every Bash group recorded so a crash cannot leave it running."""
         return make_workspace_tools(root, env=self.config.tool_env, host_dir=self.store.data_dir,
                                     process_groups=self.store.process_groups)
+
+    def stored_attachments(self, value: Any) -> list[Attachment]:
+        """A prompt's attachments, each naming bytes the host holds (``attachments.put``) of their
+        stated size — for ``agent.prompt`` and ``agent.queue.push`` alike."""
+        files = validate.attachments(value)
+        for item in files:
+            path = self.store.blobs.path(item.ref)
+            if path is None:
+                raise InvalidParams(f"attachment {item.name!r}: unknown ref {item.ref!r}; upload it with attachments.put")
+            if path.stat().st_size != item.size:
+                raise InvalidParams(f"attachment {item.name!r}: size {item.size} does not match its bytes")
+        return files
 
     def is_busy(self, session_id: str) -> bool:
         """An active turn, a pending approval or a queued/running execution (seed 003 §3 rule 15)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pidesk.core.errors import InvalidParams, NotFound
+from pidesk.core.errors import NotFound
 from pidesk.core.events import QueueChanged
 from pidesk.core.modes import TurnOrigin
 from pidesk.core.records import AttachmentBlock, Block, Draft, QueueEntry, TextBlock
@@ -30,10 +30,7 @@ class Queue:
     async def push(self, session_id: Any, text: Any, attachments: Any = None) -> QueueEntry:
         session = self.p.session(validate.ident(session_id, "sessionId"))
         body = validate.text(text, "text")
-        files = validate.attachments(attachments)
-        for item in files:
-            if self.p.store.blobs.path(item.ref) is None:
-                raise InvalidParams(f"attachment {item.name!r}: unknown ref {item.ref!r}; upload it with attachments.put")
+        files = self.p.stored_attachments(attachments)
         with self.p.store.db.tx() as db:
             if not repo.queue_entries(db, session.id):
                 self.p.live.held_queues.discard(session.id)  # nothing restored is left to hold

@@ -364,3 +364,20 @@ async def test_no_spare_shell_outlives_its_turn_whether_it_ends_or_is_aborted(ho
     await host.call("agent.abort", {"sessionId": s["id"]})
     assert (await ended(sub, turn["turnId"])).reason == "aborted"
     assert spare_shells() == before
+
+
+@pytest.mark.parametrize("method", ["agent.prompt", "agent.queue.push"])
+async def test_an_attachment_must_name_stored_bytes_of_its_stated_size_on_every_way_in(host, project, method):
+    """agent.queue.push took an attachment whose `size` did not match its stored bytes (agent.prompt
+    refused it): a queued prompt could carry a size its bytes contradict. Both check the same way now."""
+    import base64
+
+    s = await session(host, project)
+    uploaded = await host.call("attachments.put", {"name": "a.txt", "mime": "text/plain",
+                                                   "data": base64.b64encode(b"four").decode()})
+    for wrong, why in (({**uploaded, "size": 5}, "does not match"), ({**uploaded, "ref": "sha256:" + "0" * 64},
+                                                                     "unknown ref")):
+        with pytest.raises(PideskError) as refused:
+            await host.call(method, {"sessionId": s["id"], "text": "see attached", "attachments": [wrong]})
+        assert refused.value.code == "INVALID_PARAMS" and why in str(refused.value)
+    assert (await state(host, s["id"]))["queue"] == [] and (await state(host, s["id"]))["messages"] == []
