@@ -12,6 +12,7 @@ import { Transcript } from './transcript.js';
 import { createLayout } from './layout.js';
 import { createComposer } from './composer.js';
 import { createSchedules } from './schedules.js';
+import { createChanges } from './changes.js';
 import { createContextLine } from './context.js';
 import {
   S, addUnread, busy, byUpdated, currentSession, newView, normPath, projectKey, putApproval, putPermission,
@@ -74,6 +75,8 @@ const { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty, renderTi
 });
 
 const schedulesPanel = createSchedules(el, { rpc, toast: (what, kind) => toast(what, kind) });
+const changesPanel = createChanges({ main: document.querySelector('main.main'), transcript: $('transcript'), list: $('messages'),
+  rpc, current: () => S.current, toast: (what, kind) => toast(what, kind) });
 const contextLine = createContextLine($('context-line'), rpc, () => S.current);
 
 // ---- connection ---------------------------------------------------------------------
@@ -83,6 +86,7 @@ function onState(state, detail, initial) {
   renderConn();
   if (state === 'open') {
     hostInfo.strictPlanning = detail?.strictPlanning === true;
+    changesPanel.reconnected();
     contextLine.reconnected();
     markOnce('pidesk:connected');
     try {
@@ -186,6 +190,7 @@ function onEvent(ev) {
     return;
   }
   schedulesPanel.hostEvent(ev);
+  changesPanel.hostEvent(ev);
   contextLine.hostEvent(ev);
   switch (ev.type) {
     case 'session.updated': {
@@ -749,6 +754,7 @@ function renderAll() {
   renderComposer();
   renderEmpty();
   renderEarlier();
+  changesPanel.show();
   contextLine.show();
 }
 

@@ -490,7 +490,8 @@ export class Transcript {
       parts.push(h('div', { class: 'card-outcome card-stale' }, h('p', null, why),
         h('button', { type: 'button', class: 'fork-approval', onclick: () => this.actions.forkFromApproval(a, this.tools.get(a.toolCallId)) }, 'Fork from here')));
     }
-    return h('section', { class: `card approval approval-${a.status}`, dataset: { approval: a.id }, 'aria-label': `${kind}: ${a.title}` }, parts);
+    const execTurn = (a.executionId && this._executionTurn(a)) || ''; // changes.js says what the execution changed
+    return h('section', { class: `card approval approval-${a.status}`, dataset: { approval: a.id, execTurn }, 'aria-label': `${kind}: ${a.title}` }, parts);
   }
 
   // What the execution of an approval did not get to do: its denied and failed tool calls.

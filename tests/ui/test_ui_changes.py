@@ -1,0 +1,72 @@
+"""The web UI's review and undo (issue 17): per-turn change lines, the Changes panel, revert, previews."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.async_api import expect
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+def write(path: str, content: str, text: str = "") -> dict:
+    return {"text": text, "toolCalls": [{"name": "Write", "args": {"path": path, "content": content}}]}
+
+async def test_issue17_a_finished_turn_says_what_it_changed_and_the_panel_reverts_it_after_a_confirmation(ui):
+    """Issue 17: a finished turn shows "N files changed +a −b"; the Changes panel shows each file's diff
+    coloured; Revert asks first, listing the files and saying hand edits are reverted too; the files
+    come back and the revert is listed, undoable."""
+    s = await ui.session(permission_mode="auto")
+    long_file = "".join(f"line {n}\n" for n in range(200))
+    ui.provider.enqueue(s["id"],
+                        write("README.md", "# demo project\n\nNow with a usage section.\n", "Updating the readme."),
+                        {"toolCalls": [{"name": "Bash", "args": {"command": "mkdir -p src/util && printf 'def helper():\\n    return 1\\n' > src/util/helper.py && rm src/app.py"}}]},
+                        write("data/long.txt", long_file),
+                        {"text": "Done: readme, helper, data."})
+    await ui.open(session=s["id"])
+    page = ui.page
+    await ui.send("Tidy the project")
+    line = page.locator(".turn-changes")
+    await expect(line).to_have_text("4 files changed +203 −2")
+    await ui.screenshot("changes-turn.png")
+
+    await line.get_by_role("button").click()
+    dialog = page.locator(".changes-dialog")
+    await expect(dialog).to_be_visible()
+    readme = dialog.locator('.changes-file[data-path="README.md"]')
+    await expect(readme.locator(".changes-status")).to_have_text("modified")
+    await expect(readme.locator(".diff-add")).to_have_text(["+Now with a usage section."])
+    await expect(readme.locator(".diff-del")).to_have_text(["-A small project for the UI tests."])
+    await expect(dialog.locator('.changes-file[data-path="src/app.py"] .changes-status')).to_have_text("deleted")
+    long = dialog.locator('.changes-file[data-path="data/long.txt"]')
+    assert await long.evaluate("el => el.open") is False  # a long diff starts folded
+    await ui.screenshot("changes-panel.png")
+
+    (ui.project / "README.md").write_text("edited by hand\n")
+    await dialog.get_by_role("button", name="Revert to before this turn").click()
+    confirm = dialog.locator(".changes-confirm")
+    await expect(confirm.locator(".changes-files li")).to_have_text(
+        ["README.md", "data/long.txt", "src/app.py", "src/util/helper.py"])
+    await expect(confirm).to_contain_text("Files changed by hand since then")
+    await ui.screenshot("changes-revert-confirm.png")
+    assert (ui.project / "README.md").read_text() == "edited by hand\n"  # nothing before the confirmation
+    await confirm.get_by_role("button", name="Revert", exact=True).click()
+    await expect(dialog.locator(".changes-turn.is-revert")).to_have_count(1)
+    assert (ui.project / "README.md").read_text() == "# demo project\n\nA small project for the UI tests.\n"
+    assert (ui.project / "src" / "app.py").exists() and not (ui.project / "src" / "util").exists()
+    await expect(dialog.locator(".changes-turn.is-revert .changes-revert")).to_have_text("Undo this revert")
+
+async def test_issue17_the_write_permission_card_shows_the_diff_and_flags_the_overwrite(ui):
+    """Issue 17: a Write over an existing file asks with the diff of what it replaces and says it
+    overwrites the file; after it runs, the turn's change line appears."""
+    s = await ui.session()
+    ui.provider.enqueue(s["id"], write("README.md", "# demo project\n\nA second line.\n", "Adding a line."),
+                        {"text": "Added."})
+    await ui.open(session=s["id"])
+    page = ui.page
+    await ui.send("Add a line to the readme")
+    card = page.locator(".perm-card")
+    await expect(card.locator(".perm-overwrites")).to_contain_text("overwrites the file")
+    await expect(card.locator(".diff-line.diff-add")).to_have_text(["+A second line."])
+    await expect(card.locator(".diff-line.diff-del")).to_have_text(["-A small project for the UI tests."])
+    await ui.screenshot("permission-diff.png")
+    await card.get_by_role("button", name="Allow once").click()
+    await expect(page.locator(".turn-changes")).to_have_text("1 file changed +1 −1")
