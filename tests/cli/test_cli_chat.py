@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 SCRIPT = {"responses": [
     {"text": "Let me look.", "toolCalls": [{"name": "Read", "args": {"path": "README.md"}}]},
@@ -22,29 +23,57 @@ SCRIPT = {"responses": [
     {"text": "bash done."},
 ]}
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+CSI = re.compile(r"\x1b\[[0-9;?]*([A-Za-z])")
+PLAN_QUESTION = "approve? [a] ask [e] accept-edits [u] auto [r] reject, + Enter · Esc later ›"
+PERMISSION_QUESTION = "allow? [y] once [s] for this session [n] deny, + Enter · Esc later ›"
+OSC = re.compile(r"\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
 
 
 class Terminal:
+    """``pidesk chat`` on a pseudo-terminal: keys in, and both the byte stream and the screen it draws out."""
+
     def __init__(self, args: list[str]) -> None:
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
                                      env={**os.environ, "COLUMNS": "120", "TERM": "xterm"})
         os.close(slave)
         self.seen = ""
+        self.raw = ""
+
+    def _read(self, remaining: float) -> bool:
+        ready, _, _ = select.select([self.master], [], [], remaining)
+        if ready:
+            try:
+                data = os.read(self.master, 65536).decode("utf-8", "replace")
+            except OSError:
+                return False
+            self.seen += data
+            self.raw += data
+        return True
 
     def expect(self, text: str, timeout: float = 20.0) -> None:
-        """Read the screen until ``text`` appears (bounded); fail with what was shown."""
+        """Read the output until ``text`` appears (bounded); fail with what was shown."""
         deadline = time.monotonic() + timeout
         while text not in ANSI.sub("", self.seen):
             remaining = deadline - time.monotonic()
             assert remaining > 0, f"never saw {text!r}; screen:\n{ANSI.sub('', self.seen)[-2000:]}"
-            ready, _, _ = select.select([self.master], [], [], remaining)
-            if ready:
-                try:
-                    self.seen += os.read(self.master, 65536).decode("utf-8", "replace")
-                except OSError:
-                    break
+            if not self._read(remaining):
+                break
         self.seen = ANSI.sub("", self.seen).split(text, 1)[1]
+
+    def screen(self) -> list[str]:
+        """The lines as a terminal shows them: text drawn and then erased (\\r, ESC [K) is gone."""
+        return render(self.raw)
+
+    def expect_status(self, text: str, timeout: float = 20.0) -> None:
+        """Read until the live bottom line (the status or decision prompt) starts with ``text`` (bounded)."""
+        deadline = time.monotonic() + timeout
+        while not self.screen()[-1].startswith(text):
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"status line never became {text!r}; it is {self.screen()[-1]!r}"
+            if not self._read(remaining):
+                break
+        self.seen = ""
 
     def type(self, keys: str) -> None:
         os.write(self.master, keys.encode())
@@ -53,6 +82,60 @@ class Terminal:
         code = self.proc.wait(timeout=30)
         os.close(self.master)
         return code
+
+
+def render(raw: str) -> list[str]:
+    """A minimal terminal: printable text, CR, LF, erase-to-end-of-line; other escapes draw nothing."""
+    lines, row, col = [""], 0, 0
+    i = 0
+    while i < len(raw):
+        ch = raw[i]
+        if ch == "\x1b":
+            match = CSI.match(raw, i)
+            if match:
+                if match.group(1) == "K":
+                    lines[row] = lines[row][:col]
+                i = match.end()
+                continue
+            osc = OSC.match(raw, i)
+            i = osc.end() if osc else i + 1
+            continue
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            row += 1
+            col = 0
+            if row == len(lines):
+                lines.append("")
+        elif ch.isprintable():
+            line = lines[row].ljust(col)
+            lines[row] = line[:col] + ch + line[col + 1:]
+            col += 1
+        i += 1
+    return [line.rstrip() for line in lines]
+
+
+def chat(project: Path, data_dir: Path, model: str) -> Terminal:
+    return Terminal([sys.executable, "-m", "pidesk", "chat", str(project), "--data-dir", str(data_dir),
+                     "--model", model])
+
+
+def scripted(tmp_path: Path, *responses: dict[str, Any]) -> str:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"responses": list(responses)}))
+    return f"scripted/{script}"
+
+
+def cli_json(data_dir: Path, *args: str) -> Any:
+    done = subprocess.run([sys.executable, "-m", "pidesk", *args, "--json", "--data-dir", str(data_dir)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def approvals(data_dir: Path) -> list[dict[str, Any]]:
+    session_id = cli_json(data_dir, "sessions", "list")[0]["id"]
+    return cli_json(data_dir, "plans", "list", "--session", session_id)  # type: ignore[no-any-return]
 
 
 def test_chat_plans_approves_with_accept_edits_and_executes(project, data_dir, tmp_path):
@@ -66,16 +149,18 @@ def test_chat_plans_approves_with_accept_edits_and_executes(project, data_dir, t
     term.type("plan the notes\r")
     term.expect("✓ Read")
     term.expect("Shall I write it?")
-    term.expect("approve? [a] ask  [e] accept-edits  [u] auto  [r] reject")
+    term.expect_status(PLAN_QUESTION)
     term.type("e")
+    term.expect_status("approve with accept-edits? Enter confirms")
+    term.type("\r")
     term.expect("[plan approved]")
     term.expect("✓ Write")
     term.expect("NOTES.md written.")
     term.expect("[turn completed]")
     assert (project / "NOTES.md").read_text() == "notes\n"
     term.type("run bash\r")  # accept-edits still asks for Bash
-    term.expect("allow? [y] once  [s] for this session  [n] deny")
-    term.type("s")
+    term.expect_status(PERMISSION_QUESTION)
+    term.type("s\r")
     term.expect("✓ Bash")
     term.expect("[turn completed]")
     assert (project / "bash.txt").read_text().strip() == "from-bash"
@@ -134,4 +219,201 @@ def test_chat_ctrl_c_aborts_a_running_turn(project, data_dir, tmp_path):
     term.expect("✗ TOOL_ABORTED Bash")
     term.expect("[turn aborted]")
     term.type("\x03")
+    assert term.close() == 0
+
+
+PLAN = (
+    {"text": "Looking around.", "toolCalls": [{"name": "Read", "args": {"path": "README.md"}}]},
+    {"toolCalls": [{"name": "SubmitPlan", "args": {
+        "title": "Add notes", "markdown": "# Plan\n\n1. Write NOTES.md\n", "question": "Shall I write it?"}}]},
+)
+WRITE = {"toolCalls": [{"name": "Write", "args": {"path": "NOTES.md", "content": "notes\n"}}]}
+
+
+def test_typeahead_never_answers_a_plan_prompt(project, data_dir, tmp_path):
+    """Issue 18 item 1: keys typed before the plan prompt was drawn (a queued prompt holding a `u`, then
+    `a` Enter, `u` Enter, `y` Enter) were read as its answer and approved the plan with auto. Now they are
+    dropped, a stray Enter or a word typed into the prompt (whose `u` approved at once) decides nothing, and
+    only the key then Enter approves. (Where the type-ahead is when the prompt comes is up to scheduling
+    here; test_cli_chat_decisions.py pins each place.)"""
+    term = chat(project, data_dir, scripted(tmp_path, *PLAN))
+    term.expect_status("agent · ask · idle ›")
+    term.type("/plan\r")
+    term.expect_status("plan · ask · idle ›")
+    term.type("plan the notes\r")
+    for keys in ("queued while running\r", "a\r", "u\r", "y\r", "\r"):  # type-ahead, as fast as it comes
+        term.type(keys)
+    term.expect("Shall I write it?")
+    term.expect_status(PLAN_QUESTION)
+    term.type("\r")  # a stray Enter …
+    term.type("queued\r")  # … and a word ending in Enter, its u and e selecting along the way
+    term.type("e")  # processed after them, in order: the prompt was still undecided
+    term.expect_status("approve with accept-edits? Enter confirms")
+    term.type("\r")
+    term.expect("[plan approved]")
+    term.type("\x7f" * 40 + "\x04")  # whatever type-ahead was left on the line, then Ctrl+D on it empty: quit
+    assert term.close() == 0
+    assert [(a["status"], a["permissionMode"]) for a in approvals(data_dir)] == [("approved", "accept-edits")]
+
+
+def test_auto_needs_a_second_confirmation(project, data_dir, tmp_path):
+    """Issue 18 item 1: `u` alone approved with auto, which runs every tool unasked. Now `u` Enter asks once
+    more; a stray Enter there does nothing, any other key goes back, and only `y` Enter approves with auto."""
+    term = chat(project, data_dir, scripted(tmp_path, *PLAN))
+    term.expect_status("agent · ask · idle ›")
+    term.type("/plan\r")
+    term.expect_status("plan · ask · idle ›")
+    term.type("plan the notes\r")
+    term.expect_status(PLAN_QUESTION)
+    term.type("u")
+    term.expect_status("approve with auto? Enter confirms")
+    term.type("\r")
+    term.expect_status("auto lets every tool run unasked. Sure? [y] + Enter")
+    term.type("\r")  # nothing selected: nothing happens …
+    term.type("x")  # … and another key goes back to the question
+    term.expect_status(PLAN_QUESTION)
+    term.type("u\r")
+    term.expect_status("auto lets every tool run unasked. Sure?")
+    term.type("y")
+    term.expect_status("auto lets every tool run unasked. Sure? [y] + Enter · other keys go back › y")
+    term.type("\r")
+    term.expect("[plan approved]")
+    term.expect_status("agent · auto · ")
+    term.type("\x04")
+    assert term.close() == 0
+    assert [(a["status"], a["permissionMode"]) for a in approvals(data_dir)] == [("approved", "auto")]
+
+
+def test_typeahead_never_answers_a_permission_prompt(project, data_dir, tmp_path):
+    """Issue 18 item 1: `y` Enter typed before a permission prompt was drawn would allow the Write it asks
+    about. Now the prompt waits for a key pressed after it appeared, then Enter."""
+    term = chat(project, data_dir, scripted(tmp_path, {"text": "Writing.", **WRITE}))
+    term.expect_status("agent · ask · idle ›")
+    term.type("write the notes\r")
+    for keys in ("y\r", "s\r", "y", "\r"):
+        term.type(keys)
+    term.expect("permission: Write")
+    term.expect_status(PERMISSION_QUESTION)
+    term.type("\r")
+    term.type("y")
+    term.expect_status("allow once? Enter confirms")
+    assert not (project / "NOTES.md").exists()
+    term.type("\r")
+    term.expect("✓ Write")
+    term.type("\x7f" * 40 + "\x04")
+    assert term.close() == 0
+    assert (project / "NOTES.md").read_text() == "notes\n"
+
+
+def test_esc_leaves_a_decision_pending_and_ctrl_c_aborts(project, data_dir, tmp_path):
+    """Issue 18 item 2: Esc and Ctrl+C did nothing at a plan or permission prompt. Now Esc puts the prompt
+    away (the request stays pending, /pending shows it again) and Ctrl+C aborts the turn."""
+    term = chat(project, data_dir, scripted(tmp_path, PLAN[1], WRITE))
+    term.expect_status("agent · ask · idle ›")
+    term.type("/plan\r")
+    term.expect_status("plan · ask · idle ›")
+    term.type("plan the notes\r")
+    term.expect_status(PLAN_QUESTION)
+    term.type("\x1b")
+    term.expect("[plan still pending — /pending shows it again]")
+    term.expect_status("plan · ask · running · plan waiting: /pending ›")
+    term.type("/pending\r")
+    term.expect("Shall I write it?")
+    term.expect_status(PLAN_QUESTION)
+    term.type("\x03")
+    term.expect("[turn aborted]")
+    term.expect_status("plan · ask · idle ›")
+    term.type("/agent\r")
+    term.expect_status("agent · ask · idle ›")
+    term.type("write the notes\r")
+    term.expect_status(PERMISSION_QUESTION)
+    term.type("\x1b")
+    term.expect("[permission request still pending — /pending shows it again]")
+    term.expect_status("agent · ask · running · permission waiting: /pending ›")
+    term.type("/pending\r")
+    term.expect_status(PERMISSION_QUESTION)
+    term.type("\x03")
+    term.expect("[turn aborted]")
+    term.expect_status("agent · ask · idle ›")
+    term.type("\x03")
+    assert term.close() == 0
+    assert [a["status"] for a in approvals(data_dir)] != ["approved"]
+    assert not (project / "NOTES.md").exists()
+
+
+def test_status_line_follows_the_mode_the_host_sets(project, data_dir):
+    """Issue 18 item 3: every session.updated was dropped (the filter read `sessionId` from a Session, which
+    carries `id`), so after a reject the line said agent while in plan, after an approval plan while in agent,
+    and Shift+Tab cycled from the wrong mode."""
+    term = chat(project, data_dir, "demo")
+    term.expect_status("agent · ask · idle ›")
+    term.type("do something\r")  # the demo model enters Plan mode itself, then submits a plan
+    term.expect_status(PLAN_QUESTION)
+    term.type("r\r")
+    term.expect_status("reject · feedback for the agent")
+    term.type("not now\r")
+    term.expect("[plan rejected]")
+    term.expect("[turn completed]")
+    term.expect_status("plan · ask · idle ›")
+    term.type("\x1b[Z")
+    term.expect_status("goal · ask · idle ›")
+    term.type("\x1b[Z")
+    term.expect_status("agent · ask · idle ›")
+    term.type("/plan\r")
+    term.expect_status("plan · ask · idle ›")
+    term.type("do something\r")
+    term.expect_status(PLAN_QUESTION)
+    term.type("e\r")
+    term.expect("[plan approved]")
+    term.expect("Done: NOTES.md is written")
+    term.expect("[turn completed]")
+    term.expect_status("agent · accept-edits · idle ›")
+    term.type("\x1b[Z")
+    term.expect_status("plan · accept-edits · idle ›")
+    term.type("\x03")
+    assert term.close() == 0
+
+
+def test_the_first_line_of_each_answer_stays_on_screen(project, data_dir, tmp_path):
+    """Issue 18 item 4: the first line the agent wrote in a turn was drawn, then erased by the prompt line's
+    redraw. Now the answer is printed above the prompt line once it is complete, never drawn over."""
+    term = chat(project, data_dir, scripted(
+        tmp_path, {"text": "First line of the answer.\n\nSecond line."},
+        {"text": "Another turn, its first line.", "toolCalls": [{"name": "Read", "args": {"path": "README.md"}}]},
+        {"text": "Read it."}))
+    term.expect_status("agent · ask · idle ›")
+    term.type("hello\r")
+    term.expect("[turn completed]")
+    term.type("again\r")
+    term.expect("✓ Read")
+    term.expect("[turn completed]")
+    term.expect_status("agent · ask · idle ›")
+    lines = term.screen()
+    for line in ("First line of the answer.", "Another turn, its first line.", "Second line.", "Read it."):
+        assert line in lines, f"{line!r} is not on the screen:\n" + "\n".join(lines)
+    term.type("\x03")
+    assert term.close() == 0
+
+
+def test_idle_esc_mode_confirmation_help_quit_and_markdown(project, data_dir, tmp_path):
+    """Issue 18 item 5: Esc while idle claimed "[stopping at the next boundary]", /plan said nothing, /quit
+    was undocumented and answers showed raw Markdown. Now idle Esc is silent, /plan confirms the mode,
+    /help lists /quit (which quits) and an answer is rendered."""
+    term = chat(project, data_dir, scripted(tmp_path, {"text": "# Result\n\nSome **bold** words.\n\n- one\n- two\n"}))
+    term.expect_status("agent · ask · idle ›")
+    term.type("\x1b")
+    term.type("/plan\r")
+    term.expect("[mode: plan]")
+    term.expect_status("plan · ask · idle ›")
+    term.type("/help\r")
+    term.expect("/quit")
+    term.type("/agent\r")
+    term.expect("[mode: agent]")
+    term.type("show me\r")
+    term.expect("[turn completed]")
+    lines = term.screen()
+    assert not any("stopping" in line for line in lines)
+    assert "Some bold words." in lines and any(line.strip() == "• one" for line in lines)
+    assert not any("**" in line or line.startswith("- one") for line in lines)
+    term.type("/quit\r")
     assert term.close() == 0
