@@ -60,7 +60,23 @@ class AttachmentBlock(Record, tag="attachment", tag_field="type"):
     ref: str
 
 
-Block = TextBlock | ToolCallBlock | ToolResultBlock | AttachmentBlock
+class ThinkingBlock(Record, tag="thinking", tag_field="type"):
+    """Model reasoning, kept in the transcript in order (PROTOCOL.md "Additions").
+
+    ``redacted``: the vendor sent the reasoning encrypted (``text`` is empty). ``opaque``
+    holds what the vendor needs to receive the block back unchanged, keyed by the vendor
+    that wrote it: ``{"vendor": "anthropic", "signature": …}`` or ``{"vendor": "anthropic",
+    "data": …}`` (redacted_thinking), ``{"vendor": "openai-responses", "id": …,
+    "encrypted_content": …, "summary": [...]}``. It is for the host only: clients ignore it,
+    and a provider sends a block back only when the block is its own vendor's.
+    """
+
+    text: str
+    redacted: bool = False
+    opaque: dict[str, Any] | None = None
+
+
+Block = TextBlock | ToolCallBlock | ToolResultBlock | AttachmentBlock | ThinkingBlock
 
 
 class Attachment(Record):
@@ -100,7 +116,9 @@ class ForkedFrom(Record):
 class Usage(Record):
     input_tokens: int = 0
     output_tokens: int = 0
-    cache_tokens: int = 0
+    cache_tokens: int = 0  # cache_read_tokens + cache_write_tokens
+    cache_read_tokens: int = 0  # input read from the vendor's prompt cache
+    cache_write_tokens: int = 0  # input written to it (Anthropic's cache_creation_input_tokens)
 
 
 class Session(Record):

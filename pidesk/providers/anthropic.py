@@ -16,9 +16,19 @@
   ``message_stop`` broke off. The stop reason is ``tool_calls`` whenever there
   are tool calls (the API says ``tool_use``).
 * Usage: ``message_start`` carries the input side, ``message_delta`` the
-  cumulative output (and, lately, input) counts. Cache tokens are
-  ``cache_read_input_tokens + cache_creation_input_tokens``; Anthropic's
-  ``input_tokens`` exclude both.
+  cumulative output (and, lately, input) counts. Cache reads are
+  ``cache_read_input_tokens``, cache writes ``cache_creation_input_tokens``;
+  Anthropic's ``input_tokens`` exclude both.
+* Extended thinking (per model in the config: ``thinking_budget`` and/or
+  ``effort``): ``thinking`` blocks stream as ``thinking_delta`` pieces (yielded
+  as ``ThinkingDelta``) and end with a ``signature_delta``; ``redacted_thinking``
+  blocks arrive whole (``data``). Each is yielded as a ``Thought`` at its
+  ``content_block_stop``, with its signature or data in ``opaque``, and is sent
+  back exactly as received (``convert.anthropic_messages``), before the text and
+  tool_use blocks of its message, as the API requires when tools are used.
+* Prompt caching (``convert.anthropic_cache``): breakpoints on the last tool and
+  the system prompt, and a rolling pair on the last two user messages — four,
+  the API's limit.
 """
 
 from __future__ import annotations
@@ -29,8 +39,8 @@ from typing import Any
 
 import msgspec
 
-from pidesk.providers.base import Done, ModelRequest, StreamEvent, ToolCall, UsageReport
-from pidesk.providers.convert import anthropic_messages, anthropic_tools, parse_arguments
+from pidesk.providers.base import Done, ModelRequest, StreamEvent, ThinkingDelta, Thought, ToolCall, UsageReport
+from pidesk.providers.convert import anthropic_cache, anthropic_messages, anthropic_tools, parse_arguments
 from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Sleep
 from pidesk.providers.sdk import SdkProvider
 
@@ -54,12 +64,17 @@ class _Block(msgspec.Struct):
     name: str = ""
     input: Any = None
     text: str | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    data: str | None = None  # redacted_thinking's encrypted reasoning
 
 
 class _Delta(msgspec.Struct):
     type: str = ""
     text: str | None = None
     partial_json: str | None = None
+    thinking: str | None = None
+    signature: str | None = None
 
 
 class _Event(msgspec.Struct):
@@ -81,10 +96,18 @@ class AnthropicProvider(SdkProvider):
 
     def __init__(self, model: str, *, api_key: str, base_url: str | None, lean_http: bool = True,
                  max_retries: int = DEFAULT_MAX_RETRIES, max_tokens: int = DEFAULT_MAX_TOKENS,
+                 thinking_budget: int | None = None, effort: str | None = None, cache: bool = True,
                  sleep: Sleep = asyncio.sleep) -> None:
         super().__init__(model, api_key=api_key, base_url=base_url, lean_http=lean_http, max_retries=max_retries,
                          sleep=sleep)
-        self._max_tokens = max_tokens
+        # the budget must stay below max_tokens: the answer gets max_tokens on top of it
+        self._max_tokens = max_tokens + thinking_budget if thinking_budget else max_tokens
+        self._thinking: dict[str, Any] | None = (
+            {"type": "enabled", "budget_tokens": thinking_budget} if thinking_budget
+            else {"type": "adaptive"} if effort else None
+        )
+        self._effort = effort
+        self._cache = cache
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "max_tokens": self._max_tokens,
@@ -93,6 +116,12 @@ class AnthropicProvider(SdkProvider):
             body["system"] = request.system
         if request.tools:
             body["tools"] = anthropic_tools(request.tools)
+        if self._thinking is not None:
+            body["thinking"] = self._thinking
+        if self._effort:
+            body["output_config"] = {"effort": self._effort}
+        if self._cache:
+            anthropic_cache(body)
         return body
 
     def _sdk(self) -> tuple[Any, Any]:
@@ -113,10 +142,19 @@ class _ToolUse:
 
 
 @dataclass
+class _Thinking:
+    text: list[str] = field(default_factory=list)
+    signature: str = ""
+    data: str | None = None  # a redacted_thinking block's
+
+
+@dataclass
 class _Reply:
     """One response being assembled from its events."""
 
     tools: dict[int, _ToolUse] = field(default_factory=dict)
+    thinking: dict[int, _Thinking] = field(default_factory=dict)  # open thinking blocks, by index
+    out: list[StreamEvent] = field(default_factory=list)  # events besides text, for the caller to take
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read: int = 0
@@ -145,6 +183,13 @@ class _Reply:
                 )
             elif getattr(block, "type", None) == "text":
                 return getattr(block, "text", None) or ""
+            elif getattr(block, "type", None) == "thinking":
+                thinking = self.thinking[event.index] = _Thinking(signature=getattr(block, "signature", None) or "")
+                if first := getattr(block, "thinking", None):
+                    thinking.text.append(first)
+                    self.out.append(ThinkingDelta(first))
+            elif getattr(block, "type", None) == "redacted_thinking":
+                self.thinking[event.index] = _Thinking(data=getattr(block, "data", None) or "")
         elif kind == "content_block_delta":
             delta = getattr(event, "delta", None)
             delta_kind = getattr(delta, "type", None)
@@ -152,11 +197,22 @@ class _Reply:
                 return getattr(delta, "text", None) or ""
             if delta_kind == "input_json_delta" and (tool := self.tools.get(event.index)) is not None:
                 tool.json.append(getattr(delta, "partial_json", None) or "")
+            elif delta_kind in ("thinking_delta", "signature_delta") and event.index in self.thinking:
+                self._think(self.thinking[event.index], delta)
+        elif kind == "content_block_stop":
+            if (done := self.thinking.pop(event.index, None)) is not None:
+                self.out.append(_thought(done))
         elif kind == "message_delta":
             self._usage(getattr(event, "usage", None))
         elif kind == "message_stop":
             self.stopped = True
         return ""
+
+    def _think(self, block: _Thinking, delta: Any) -> None:
+        if piece := getattr(delta, "thinking", None):
+            block.text.append(piece)
+            self.out.append(ThinkingDelta(piece))
+        block.signature += getattr(delta, "signature", None) or ""
 
     def _usage(self, usage: Any) -> None:
         """Counts are cumulative: a later report replaces what it names."""
@@ -172,6 +228,13 @@ class _Reply:
             ToolCall(t.id, t.name, parse_arguments("".join(t.json)) if t.json else dict(t.start_input))
             for _, t in sorted(self.tools.items())
         ]
-        events.append(UsageReport(self.input_tokens, self.output_tokens, self.cache_read + self.cache_creation))
+        events.extend(_thought(t) for _, t in sorted(self.thinking.items()))  # never stopped: keep them anyway
+        events.append(UsageReport(self.input_tokens, self.output_tokens, self.cache_read, self.cache_creation))
         events.append(Done("tool_calls" if self.tools else "end"))
         return events
+
+
+def _thought(block: _Thinking) -> Thought:
+    if block.data is not None:
+        return Thought("", redacted=True, opaque={"vendor": "anthropic", "data": block.data})
+    return Thought("".join(block.text), opaque={"vendor": "anthropic", "signature": block.signature})

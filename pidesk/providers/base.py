@@ -1,7 +1,8 @@
 """The Provider protocol: one streaming call per model response.
 
 A stream never raises into the agent loop (STYLE habit 5): it yields text
-deltas, tool calls and usage, and always ends with exactly one ``Done`` whose
+deltas, thinking (``ThinkingDelta`` as it streams, then one ``Thought`` per
+finished reasoning block, in the order the blocks came), tool calls and usage, and always ends with exactly one ``Done`` whose
 ``stop_reason`` is ``end``, ``tool_calls``, ``error`` (with a turn error code)
 or ``aborted``. Cancellation of the consuming task is the abort signal.
 """
@@ -31,6 +32,23 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class ThinkingDelta:
+    """Reasoning text as it streams (shown live; the block itself comes as a ``Thought``)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Thought:
+    """One finished reasoning block: its text (empty when ``redacted``) and the vendor's opaque
+    fields (signature, encrypted reasoning) the block must be sent back with, unchanged."""
+
+    text: str
+    redacted: bool = False
+    opaque: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class ToolCall:
     id: str
     name: str
@@ -39,9 +57,17 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class UsageReport:
+    """One response's token counts, as the vendor reports them (OpenAI's input includes the
+    cached part, Anthropic's excludes it). Cache reads and writes are kept apart."""
+
     input_tokens: int = 0
     output_tokens: int = 0
-    cache_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def cache_tokens(self) -> int:
+        return self.cache_read_tokens + self.cache_write_tokens
 
 
 @dataclass(frozen=True)
@@ -51,7 +77,7 @@ class Done:
     detail: str = field(default="")
 
 
-StreamEvent = TextDelta | ToolCall | UsageReport | Done
+StreamEvent = TextDelta | ThinkingDelta | Thought | ToolCall | UsageReport | Done
 
 
 class Provider(Protocol):

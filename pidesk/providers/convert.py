@@ -11,8 +11,14 @@ two steps:
    is always valid; a result whose call is not pending (the history was
    compacted, or the result came late) is shown to the model as user text
    rather than dropped. Empty assistant messages are left out.
-2. ``openai_*`` / ``anthropic_*`` render that sequence and the tool specs
-   (``{name, description, parameters}``) in each wire format.
+2. ``openai_*`` / ``anthropic_*`` / ``responses_*`` render that sequence and
+   the tool specs (``{name, description, parameters}``) in each wire format.
+
+Thinking blocks ride with their ``Answered``. A vendor gets back only the blocks
+its own kind wrote (``ThinkingBlock.opaque["vendor"]``), exactly as received:
+Anthropic's signed ``thinking`` / ``redacted_thinking`` blocks, the Responses
+API's reasoning items that carry ``encrypted_content``. Chat Completions never
+takes reasoning back. Another vendor's reasoning is left out, never rewritten.
 
 Attachments are references (``ref``) into the host's content store, never
 bytes: they are shown to the model as a one-line note.
@@ -29,7 +35,7 @@ from typing import Any
 import msgspec
 
 from pidesk.core.errors import Code
-from pidesk.core.records import AttachmentBlock, Message, TextBlock, ToolCallBlock, ToolResultBlock
+from pidesk.core.records import AttachmentBlock, Message, TextBlock, ThinkingBlock, ToolCallBlock, ToolResultBlock
 
 MISSING_RESULT = "No result was recorded for this tool call: it was interrupted before it finished."
 
@@ -43,6 +49,7 @@ class Said:
 class Answered:
     text: str
     calls: list[ToolCallBlock]
+    thinking: list[ThinkingBlock] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ def exchanges(messages: Sequence[Message]) -> list[Exchange]:
             calls = message.tool_calls()
             text = message.text()
             if calls or text.strip():
-                out.append(Answered(text, calls))
+                out.append(Answered(text, calls, [b for b in message.content if isinstance(b, ThinkingBlock)]))
                 pending.calls = calls
         else:
             text = "\n".join(t for t in (_block_text(b) for b in message.content) if t)
@@ -184,7 +191,8 @@ def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             role, blocks = "user", [{"type": "text", "text": item.text}]
         elif isinstance(item, Answered):
             role = "assistant"
-            blocks = [{"type": "text", "text": item.text}] if item.text.strip() else []
+            blocks = [b for b in map(_anthropic_thinking, item.thinking) if b is not None]
+            blocks += [{"type": "text", "text": item.text}] if item.text.strip() else []
             blocks += [
                 {"type": "tool_use", "id": anthropic_id(c.id), "name": c.name, "input": c.args} for c in item.calls
             ]
@@ -211,5 +219,82 @@ def anthropic_id(call_id: str) -> str:
 def anthropic_tools(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [
         {"name": s["name"], "description": s.get("description", ""), "input_schema": s["parameters"]}
+        for s in specs
+    ]
+
+
+def _anthropic_thinking(block: ThinkingBlock) -> dict[str, Any] | None:
+    """A thinking block as Anthropic sent it (its signature or encrypted data unchanged), or None
+    when it is not Anthropic's (the API refuses a thinking block it cannot verify)."""
+    opaque = block.opaque or {}
+    if opaque.get("vendor") != "anthropic":
+        return None
+    if block.redacted:
+        return {"type": "redacted_thinking", "data": opaque["data"]} if opaque.get("data") else None
+    if not opaque.get("signature"):
+        return None  # the stream broke off before the signature: the API would refuse it
+    return {"type": "thinking", "thinking": block.text, "signature": opaque["signature"]}
+
+
+CACHE_BREAKPOINTS = 4  # the Messages API's limit per request
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def anthropic_cache(body: dict[str, Any]) -> None:
+    """Mark ``body`` (a Messages request) for prompt caching, in place: a breakpoint on the last
+    tool and one on the system prompt (the stable prefix), and a rolling pair on the last block
+    of the last two user messages. In a tool loop each request then reads the prefix the
+    previous one wrote (its last user message) and writes one more step; the pair means a
+    request whose newest message changed (a steer, a retry) still reads the one before.
+    At most ``CACHE_BREAKPOINTS``; thinking blocks are never marked (the API refuses that)."""
+    if body.get("tools"):
+        body["tools"][-1] = {**body["tools"][-1], "cache_control": _EPHEMERAL}
+    if isinstance(system := body.get("system"), str) and system:
+        body["system"] = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+    marked = 0
+    for message in reversed(body.get("messages", ())):
+        if marked == 2:
+            break
+        if message["role"] != "user" or not message["content"]:
+            continue
+        message["content"][-1] = {**message["content"][-1], "cache_control": _EPHEMERAL}
+        marked += 1
+
+
+# ---- OpenAI Responses -------------------------------------------------------------
+
+
+def responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The conversation as Responses API input items (the system prompt goes in ``instructions``).
+
+    With ``store=false`` nothing is kept server-side: a reasoning item is sent back whole, as
+    received, and only when it carries ``encrypted_content`` (without it the API would look
+    the item up by id, and find nothing)."""
+    out: list[dict[str, Any]] = []
+    for item in exchanges(messages):
+        if isinstance(item, Said):
+            out.append({"role": "user", "content": item.text})
+        elif isinstance(item, Answered):
+            for thought in item.thinking:
+                opaque = thought.opaque or {}
+                reasoning = opaque.get("item")
+                if opaque.get("vendor") == "openai-responses" and isinstance(reasoning, dict) \
+                        and reasoning.get("encrypted_content"):
+                    out.append(reasoning)
+            if item.text.strip():
+                out.append({"type": "message", "role": "assistant",
+                            "content": [{"type": "output_text", "text": item.text}]})
+            out.extend({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": _json(c.args)}
+                       for c in item.calls)
+        else:
+            out.extend({"type": "function_call_output", "call_id": r.tool_call_id, "output": result_text(r)}
+                       for r in item.results)
+    return out
+
+
+def responses_tools(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "name": s["name"], "description": s.get("description", ""),
+         "parameters": s["parameters"], "strict": False}
         for s in specs
     ]

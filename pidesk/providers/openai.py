@@ -17,7 +17,15 @@ LM Studio, OpenRouter) through ``base_url``.
   is ``tool_calls`` whenever there are tool calls (some servers say ``stop``).
 * Usage comes from the last chunk (``stream_options.include_usage``):
   ``prompt_tokens`` (which include the cached ones), ``completion_tokens``,
-  ``prompt_tokens_details.cached_tokens``.
+  ``prompt_tokens_details.cached_tokens`` (cache reads; OpenAI reports no writes).
+* Reasoning: ``reasoning_effort`` is sent when the model's config sets it.
+  Streamed ``reasoning_content`` (DeepSeek, vLLM, llama.cpp) and ``reasoning``
+  (OpenRouter, Ollama) deltas are yielded as ``ThinkingDelta`` and become one
+  ``Thought`` when the answer's text or tool calls begin (or it ends). Chat
+  Completions takes no reasoning back: ``convert.openai_messages`` leaves it out.
+* Caching: ``prompt_cache_key`` is the session id, so a session's requests
+  land where its prefix is cached (servers that do not know it ignore it;
+  ``cache = false`` in the model's config leaves it out).
 * The SDK sends the request; pidesk encodes its body and decodes the
   response's events (``SdkProvider._create``, ``sse.Events``) into the small
   msgspec structs below, of the fields pidesk reads.
@@ -25,6 +33,7 @@ LM Studio, OpenRouter) through ``base_url``.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +41,9 @@ from typing import Any
 import msgspec
 
 from pidesk.core.errors import Code
-from pidesk.providers.base import Done, ModelRequest, StreamEvent, ToolCall, UsageReport
+from pidesk.providers.base import Done, ModelRequest, StreamEvent, ThinkingDelta, Thought, ToolCall, UsageReport
 from pidesk.providers.convert import openai_messages, openai_tools, parse_arguments
+from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Sleep
 from pidesk.providers.sdk import SdkProvider
 
 
@@ -51,6 +61,8 @@ class _CallPart(msgspec.Struct):
 class _Delta(msgspec.Struct):
     content: str | None = None
     tool_calls: list[_CallPart] | None = None
+    reasoning_content: str | None = None  # DeepSeek, vLLM, llama.cpp
+    reasoning: str | None = None  # OpenRouter, Ollama
 
 
 class _Choice(msgspec.Struct):
@@ -82,11 +94,23 @@ class OpenAIProvider(SdkProvider):
     path = "/chat/completions"
     decoder = msgspec.json.Decoder(_Chunk)
 
+    def __init__(self, model: str, *, api_key: str, base_url: str | None, lean_http: bool = True,
+                 max_retries: int = DEFAULT_MAX_RETRIES, reasoning_effort: str | None = None, cache: bool = True,
+                 sleep: Sleep = asyncio.sleep) -> None:
+        super().__init__(model, api_key=api_key, base_url=base_url, lean_http=lean_http, max_retries=max_retries,
+                         sleep=sleep)
+        self._reasoning_effort = reasoning_effort
+        self._cache = cache
+
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": openai_messages(request.system, request.messages),
                                 "stream": True, "stream_options": {"include_usage": True}}
         if request.tools:
             body["tools"] = openai_tools(request.tools)
+        if self._reasoning_effort:
+            body["reasoning_effort"] = self._reasoning_effort
+        if self._cache:
+            body["prompt_cache_key"] = request.session_id
         return body
 
     def _sdk(self) -> tuple[Any, Any]:
@@ -111,6 +135,8 @@ class _Reply:
 
     calls: list[_Call] = field(default_factory=list)
     slots: dict[int, int] = field(default_factory=dict)  # a delta's index -> its call in ``calls``
+    reasoning: list[str] = field(default_factory=list)  # the open reasoning block's text
+    out: list[StreamEvent] = field(default_factory=list)
     finish_reason: str | None = None
     usage: UsageReport | None = None
     last = False  # the usage chunk and [DONE] follow the finish_reason: read to the end
@@ -126,15 +152,22 @@ class _Reply:
             self.usage = UsageReport(
                 input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
                 output_tokens=getattr(usage, "completion_tokens", 0) or 0,
-                cache_tokens=getattr(details, "cached_tokens", 0) or 0,
+                cache_read_tokens=getattr(details, "cached_tokens", 0) or 0,
             )
         text = ""
         for choice in getattr(chunk, "choices", None) or []:  # vLLM may send ``choices: null``
             if getattr(choice, "index", 0):  # only the first choice (n=1 is all we ask for)
                 continue
             delta = getattr(choice, "delta", None)
-            text += getattr(delta, "content", None) or ""
-            for part in getattr(delta, "tool_calls", None) or []:
+            if thinking := getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None):
+                self.reasoning.append(thinking)
+                self.out.append(ThinkingDelta(thinking))
+            content = getattr(delta, "content", None) or ""
+            calls = getattr(delta, "tool_calls", None) or []
+            if self.reasoning and (content or calls):
+                self._end_reasoning()
+            text += content
+            for part in calls:
                 self._feed_call(part)
             if reason := getattr(choice, "finish_reason", None):
                 self.finish_reason = reason
@@ -158,8 +191,16 @@ class _Reply:
         if arguments := getattr(function, "arguments", None):
             call.arguments.append(arguments)
 
+    def _end_reasoning(self) -> None:
+        self.out.append(Thought("".join(self.reasoning)))
+        self.reasoning = []
+
     def finish(self) -> list[StreamEvent]:
-        events: list[StreamEvent] = [
+        if self.reasoning:  # a reasoning-only answer
+            self._end_reasoning()
+        events: list[StreamEvent] = [*self.out]  # the reasoning just ended, if any
+        self.out.clear()
+        events += [
             ToolCall(call.id or f"call_{secrets.token_hex(8)}", call.name, parse_arguments("".join(call.arguments)))
             for call in self.calls
         ]

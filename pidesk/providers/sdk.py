@@ -141,7 +141,12 @@ class SdkProvider(ABC):
         try:
             async with stream:
                 async for event in stream:
-                    if text := reply.feed(event):
+                    text = reply.feed(event)
+                    if reply.out:  # thinking, as it streams (before the text: it came first)
+                        for other in reply.out:
+                            yield other
+                        reply.out.clear()
+                    if text:
                         yield TextDelta(text)
                     if reply.last:
                         await stream.skip_rest()
@@ -162,6 +167,8 @@ class SdkProvider(ABC):
 
 class Reply(Protocol):
     """One response being assembled from its decoded events."""
+
+    out: list[StreamEvent]  # events besides text that ``feed`` produced, yielded (and cleared) after it
 
     @property
     def complete(self) -> bool:

@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 from pidesk.core.errors import Code
 from pidesk.core.policy import Allow, Deny, batch_is_exclusive_violation
-from pidesk.core.records import Block, Message, TextBlock, ToolCallBlock, ToolResultBlock, Usage
-from pidesk.providers.base import Done, ModelRequest, Provider, TextDelta, ToolCall, UsageReport
+from pidesk.core.records import Block, Message, TextBlock, ThinkingBlock, ToolCallBlock, ToolResultBlock, Usage
+from pidesk.providers.base import Done, ModelRequest, Provider, TextDelta, ThinkingDelta, Thought, ToolCall, UsageReport
 from pidesk.runtime.gate import Slot, StepGate
 from pidesk.tools.base import ToolResult
 
@@ -149,9 +149,25 @@ class _Turn:
             session_id=ctx.session_id, turn_id=ctx.turn_id, system=ctx.system_prompt(),
             messages=ctx.history(), tools=ctx.tool_specs(), agent=ctx.agent,
         )
+        # The answer's blocks in the order they came: thinking and text as they streamed (a
+        # thinking block ends the text before it), then the tool calls.
+        blocks: list[Block] = []
         text: list[str] = []
         calls: list[ToolCallBlock] = []
+        started = False
         done = Done("error", Code.STREAM_FAILED, "the stream ended without a stop reason")
+
+        def begin() -> None:  # thinking is output too (seed 003 §3 rule 4): a smart stop restores no draft
+            nonlocal started
+            if not started:
+                started = True
+                ctx.output_started()
+
+        def end_text() -> None:
+            if text:
+                blocks.append(TextBlock(text="".join(text)))
+                text.clear()
+
         async with aclosing(provider.stream(request)) as stream:
             while True:
                 try:
@@ -159,22 +175,28 @@ class _Turn:
                 except StopAsyncIteration:
                     break
                 if isinstance(event, TextDelta):
-                    if not text:
-                        ctx.output_started()
+                    begin()
                     text.append(event.text)
                     ctx.delta(message_id, event.text)
+                elif isinstance(event, ThinkingDelta):
+                    begin()
+                elif isinstance(event, Thought):
+                    begin()
+                    end_text()
+                    blocks.append(ThinkingBlock(text=event.text, redacted=event.redacted, opaque=event.opaque))
                 elif isinstance(event, ToolCall):
-                    ctx.output_started()
+                    begin()
                     calls.append(ToolCallBlock(id=event.id, name=event.name, args=event.args))
                 elif isinstance(event, UsageReport):
                     ctx.add_usage(Usage(
                         input_tokens=event.input_tokens, output_tokens=event.output_tokens,
-                        cache_tokens=event.cache_tokens,
+                        cache_tokens=event.cache_tokens, cache_read_tokens=event.cache_read_tokens,
+                        cache_write_tokens=event.cache_write_tokens,
                     ))
                 else:
                     done = event
                     break
-        blocks: list[Block] = [TextBlock(text="".join(text))] if text else []
+        end_text()
         return [*blocks, *calls], done
 
     async def run_batch(self, calls: list[ToolCallBlock]) -> TurnEnd | None:

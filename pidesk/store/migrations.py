@@ -251,3 +251,13 @@ def m007_indexes_for_growing_tables(db: sqlite3.Connection) -> None:
         CREATE INDEX schedule_runs_running ON schedule_runs(status) WHERE status = 'running';
         """,
     )
+
+
+@migration
+def m008_cache_read_write_usage(db: sqlite3.Connection) -> None:
+    """Cache reads and cache writes counted apart, on turns and sessions (issue 16 §3): a write
+    costs more than plain input, a read a tenth of it. ``cache_tokens`` stays their sum; rows
+    from before are left at 0 for both (which of the two they were was never recorded)."""
+    for table in ("turns", "sessions"):
+        for column in ("cache_read_tokens", "cache_write_tokens"):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")

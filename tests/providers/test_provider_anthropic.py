@@ -39,7 +39,7 @@ def provider(vendor: MockVendor, sleep: RecordedSleep, max_retries: int = 10) ->
 
 
 def hello() -> list[StreamEvent]:
-    return [TextDelta("Hel"), TextDelta("lo"), UsageReport(10, 5, 0), Done("end")]
+    return [TextDelta("Hel"), TextDelta("lo"), UsageReport(10, 5), Done("end")]
 
 
 def ask(vendor: MockVendor, sleep: RecordedSleep, max_retries: int = 10) -> AsyncIterator[StreamEvent]:
@@ -58,7 +58,7 @@ async def test_text_streams_as_deltas_with_usage_counting_both_cache_kinds(
     ]))
     events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")),
                                                                   system="You are pidesk.")))
-    assert events == [TextDelta("Hel"), TextDelta("lo"), UsageReport(25, 15, 107), Done("end")]
+    assert events == [TextDelta("Hel"), TextDelta("lo"), UsageReport(25, 15, 100, 7), Done("end")]
     [sent] = vendor.requests
     assert (sent.method, sent.path) == ("POST", "/v1/messages")
     # anthropic 2.x sends an api_key as ``authorization: Bearer``; older SDKs used ``x-api-key``
@@ -66,8 +66,10 @@ async def test_text_streams_as_deltas_with_usage_counting_both_cache_kinds(
     assert "anthropic-version" in sent.headers
     assert sent.headers["content-type"] == "application/json"
     assert sent.body == {
-        "model": "claude-test", "max_tokens": 1024, "stream": True, "system": "You are pidesk.",
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        "model": "claude-test", "max_tokens": 1024, "stream": True,
+        "system": [{"type": "text", "text": "You are pidesk.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}],
     }
 
 
@@ -119,18 +121,20 @@ async def test_request_carries_tool_use_and_tool_result_blocks_with_matching_ids
             {"type": "tool_result", "tool_use_id": "toolu_1", "content": "1 # demo", "is_error": False},
             {"type": "tool_result", "tool_use_id": "functions_Glob_1",
              "content": "Error INVALID_ARGUMENTS: bad glob", "is_error": True},
-            {"type": "text", "text": "steer: only src/"},
+            {"type": "text", "text": "steer: only src/", "cache_control": {"type": "ephemeral"}},
         ]},
         {"role": "assistant", "content": [
             {"type": "tool_use", "id": "toolu_3", "name": "Bash", "input": {"command": "ls"}},
         ]},
         {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "toolu_3", "content": f"Error TOOL_ABORTED: {MISSING_RESULT}",
-             "is_error": True},
+             "is_error": True, "cache_control": {"type": "ephemeral"}},
         ]},
     ]
     assert body["tools"] == [
-        {"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in specs
+        {"name": "Read", "description": specs[0]["description"], "input_schema": specs[0]["parameters"]},
+        {"name": "Glob", "description": specs[1]["description"], "input_schema": specs[1]["parameters"],
+         "cache_control": {"type": "ephemeral"}},
     ]
 
 
@@ -149,7 +153,7 @@ async def test_a_tool_use_split_across_json_deltas_is_assembled(vendor: MockVend
     assert events == [
         TextDelta("Let me look."),
         ToolCall("toolu_01", "Read", {"path": "src/app.py", "limit": 20}),
-        UsageReport(30, 40, 0),
+        UsageReport(30, 40),
         Done("tool_calls"),
     ]
 
@@ -177,7 +181,7 @@ async def test_parallel_tool_uses_keep_their_order_and_bad_json_is_passed_raw(
         ToolCall("toolu_a", "Glob", {"pattern": "*.md"}),
         ToolCall("toolu_b", "EnterPlanMode", {}),
         ToolCall("toolu_c", "Write", {"_raw": '{"path": "x.py", "content": "unterminated'}),
-        UsageReport(10, 5, 0),
+        UsageReport(10, 5),
         Done("tool_calls"),
     ]
 

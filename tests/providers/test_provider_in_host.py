@@ -39,7 +39,8 @@ async def test_an_openai_turn_runs_tools_through_the_host_and_records_usage(make
         assert [m["role"] for m in second][-3:] == ["user", "assistant", "tool"]
         assert second[-1]["tool_call_id"] == "call_1"
         row = (await host.call("session.turns", {"sessionId": s["id"]}))["turns"][-1]
-        assert row["usage"] == {"inputTokens": 250, "outputTokens": 25, "cacheTokens": 40}
+        assert row["usage"] == {"inputTokens": 250, "outputTokens": 25, "cacheTokens": 40,
+                                "cacheReadTokens": 40, "cacheWriteTokens": 0}
         assert (await state(host, s["id"]))["messages"][-1]["content"][0]["text"] == "Wrote it."
 
 
@@ -61,7 +62,8 @@ async def test_usage_is_summed_on_the_session(host, provider, project):
     await ended(sub, (await prompt(host, s["id"]))["turnId"])
     await ended(sub, (await prompt(host, s["id"]))["turnId"])
     got = (await state(host, s["id"]))["session"]["usage"]
-    assert got == {"inputTokens": 17, "outputTokens": 3, "cacheTokens": 3}
+    assert got == {"inputTokens": 17, "outputTokens": 3, "cacheTokens": 3, "cacheReadTokens": 3,
+                   "cacheWriteTokens": 0}
 
 
 @pytest.mark.asyncio

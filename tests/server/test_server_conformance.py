@@ -36,7 +36,7 @@ PERMISSION = {"id", "sessionId", "turnId", "toolCallId", "tool", "args", "status
 NOTIFICATION = {"id", "sessionId", "turnId", "kind", "createdAt", "seenAt"}
 QUEUE_ENTRY = {"id", "sessionId", "position", "text", "attachments", "createdAt"}
 TURN = {"id", "sessionId", "seq", "origin", "state", "reason", "errorCode", "startedAt", "endedAt", "usage"}
-USAGE = {"inputTokens", "outputTokens", "cacheTokens"}
+USAGE = {"inputTokens", "outputTokens", "cacheTokens", "cacheReadTokens", "cacheWriteTokens"}
 BLOCKS = {"text": ({"type", "text"}, set()),
           "toolCall": ({"type", "id", "name", "args"}, set()),
           "toolResult": ({"type", "toolCallId", "name", "ok", "output"}, {"errorCode", "durationMs"}),

@@ -32,7 +32,7 @@ _SESSION_COLS = (
     "s.id, s.title, s.project_path, s.root, s.mode, s.permission_mode, s.status, "
     "s.current_turn_id, s.forked_from, s.forked_through, s.created_at, s.updated_at, "
     "EXISTS (SELECT 1 FROM plan_approvals a WHERE a.session_id = s.id AND a.status = 'pending'), "
-    "s.input_tokens, s.output_tokens, s.cache_tokens"
+    "s.input_tokens, s.output_tokens, s.cache_tokens, s.cache_read_tokens, s.cache_write_tokens"
 )
 
 
@@ -51,7 +51,8 @@ def _session(row: Row) -> Session:
         forked_from=ForkedFrom(session_id=row[8], through_message_id=row[9]) if row[8] else None,
         created_at=row[10],
         updated_at=row[11],
-        usage=Usage(input_tokens=row[13], output_tokens=row[14], cache_tokens=row[15]),
+        usage=Usage(input_tokens=row[13], output_tokens=row[14], cache_tokens=row[15], cache_read_tokens=row[16],
+                    cache_write_tokens=row[17]),
     )
 
 
@@ -205,7 +206,7 @@ def count_messages(db: sqlite3.Connection, session_id: str) -> int:
 
 _TURN_COLS = (
     "id, session_id, seq, origin, state, reason, error_code, started_at, ended_at,"
-    " input_tokens, output_tokens, cache_tokens"
+    " input_tokens, output_tokens, cache_tokens, cache_read_tokens, cache_write_tokens"
 )
 
 
@@ -213,7 +214,8 @@ def _turn(row: Row) -> Turn:
     return Turn(
         id=row[0], session_id=row[1], seq=row[2], origin=TurnOrigin(row[3]), state=TurnState(row[4]),
         reason=TurnReason(row[5]) if row[5] else None, error_code=row[6], started_at=row[7],
-        ended_at=row[8], usage=Usage(input_tokens=row[9], output_tokens=row[10], cache_tokens=row[11]),
+        ended_at=row[8], usage=Usage(input_tokens=row[9], output_tokens=row[10], cache_tokens=row[11],
+                                     cache_read_tokens=row[12], cache_write_tokens=row[13]),
     )
 
 
@@ -262,17 +264,13 @@ def end_turn_row(db: sqlite3.Connection, turn_id: str, reason: TurnReason, error
 
 def add_usage(db: sqlite3.Connection, turn_id: str, usage: Usage) -> None:
     """Count tokens on the turn and on its session, in the caller's transaction."""
-    counts = (usage.input_tokens, usage.output_tokens, usage.cache_tokens)
-    db.execute(
-        "UPDATE turns SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-        " cache_tokens = cache_tokens + ? WHERE id = ?",
-        (*counts, turn_id),
-    )
-    db.execute(
-        "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-        " cache_tokens = cache_tokens + ? WHERE id = (SELECT session_id FROM turns WHERE id = ?)",
-        (*counts, turn_id),
-    )
+    counts = (usage.input_tokens, usage.output_tokens, usage.cache_tokens, usage.cache_read_tokens,
+              usage.cache_write_tokens)
+    columns = ("input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, cache_tokens = cache_tokens + ?,"
+               " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?")
+    db.execute(f"UPDATE turns SET {columns} WHERE id = ?", (*counts, turn_id))
+    db.execute(f"UPDATE sessions SET {columns} WHERE id = (SELECT session_id FROM turns WHERE id = ?)",
+               (*counts, turn_id))
 
 
 def running_turns(db: sqlite3.Connection) -> list[Row]:
