@@ -88,14 +88,16 @@ def status(data_dir: Path | None, as_json: bool) -> None:
 @click.argument("project", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=int, default=0, show_default=True, help="0 picks a free port.")
-@click.option("--token", default=None, help="Use this token instead of a random one.")
+@click.option("--port", type=int, default=0, show_default=True,
+              help="0: the port this data dir's host had last time if it is free, else any free port.")
+@click.option("--token", default=None, help="Use (and keep) this token instead of the kept one.")
+@click.option("--new-token", is_flag=True, help="Replace the kept token with a fresh one (locks out old pages).")
 @click.option("--model", default=None, help="PROVIDER/MODEL")
 @click.option("--approval-timeout", type=float, default=None, help="Seconds a plan waits for a decision (1800).")
 @click.option("--allow-remote", is_flag=True, help="Allow listening on a non-loopback address.")
 @click.option("--no-open", is_flag=True, help="Do not open the browser.")
-def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, token: str | None, model: str | None,
-          approval_timeout: float | None, allow_remote: bool, no_open: bool) -> None:
+def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, token: str | None, new_token: bool,
+          model: str | None, approval_timeout: float | None, allow_remote: bool, no_open: bool) -> None:
     """Run the host: JSON-RPC on /rpc, the web UI on /, until SIGTERM or Ctrl+C."""
     import asyncio
 
@@ -120,7 +122,8 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
             webbrowser.open(page)
 
     asyncio.run(run_server(config, make_provider(config.model, config.secrets, lean_http=config.lean_http),
-                           ServeOptions(bind, port, token, allow_remote), announce))
+                           ServeOptions(bind=bind, port=port, token=token, new_token=new_token,
+                                        allow_remote=allow_remote), announce))
 
 
 def _add_groups() -> None:

@@ -4,7 +4,9 @@ Order of start: take the data dir's lock (a second host refuses to start), open
 the Host (startup recovery completes here, before the port opens), bind and
 listen (with the door's limits: a request deadline, a cap on connections below
 the open-files limit, raised first; ``protocol.py``), then write ``host.json``
-(mode 0600) and announce the URL. What start-up allocated is frozen out of the
+(mode 0600) and announce the URL. The token is the one kept in the data dir (``store/serving.py``)
+unless ``--token``/``--new-token`` replace it, and the port the last one unless ``--port`` names
+one, so a page left open reconnects to the next host by itself. What start-up allocated is frozen out of the
 garbage collector's way just before (and the vendor SDK once its background
 import is done), so a full collection walks only what the turns allocate. On SIGTERM/SIGINT: stop accepting, abort running turns (recorded),
 close the store, remove ``host.json``, release the lock, exit 0. On SIGUSR1: write
@@ -15,10 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import os
 import resource
-import secrets
 import signal
 import socket
 import sys
@@ -37,6 +37,7 @@ from pidesk.providers.base import Provider
 from pidesk.server.app import create_app
 from pidesk.server.protocol import DoorLimits, ListeningSocket, protocols
 from pidesk.server.rpc import MAX_FRAME
+from pidesk.store import serving
 from pidesk.store.lock import DataDirLock
 from pidesk.tools.children import use_pidfd_watcher
 
@@ -48,6 +49,7 @@ class ServeOptions:
     bind: str = "127.0.0.1"
     port: int = 0
     token: str | None = None
+    new_token: bool = False  # replace the kept token with a fresh one
     allow_remote: bool = False
     limits: DoorLimits = DoorLimits()
 
@@ -70,17 +72,10 @@ async def serve(config: HostConfig, provider: Provider, options: ServeOptions,
 
 
 async def _listen(host: Host, config: HostConfig, options: ServeOptions, announce: Callable[[str, str], None]) -> None:
-    token = options.token or secrets.token_urlsafe(32)
-    family = socket.AF_INET6 if ":" in options.bind else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets it knows are TCP
-    sock = ListeningSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((options.bind, options.port))
-    except OSError as exc:
-        sock.close()
-        raise StartupRefused(f"cannot listen on {options.bind}:{options.port}: {exc.strerror or exc}") from None
+    token = serving.token_for(config.data_dir, options.token, new=options.new_token)
+    sock = _bind(options.bind, options.port or serving.last_port(config.data_dir), fallback=not options.port)
     port = sock.getsockname()[1]
+    serving.keep_port(config.data_dir, port)
     extra = () if options.bind in LOOPBACK else (options.bind,)
     app = create_app(host, token, lambda: port, extra, options.limits)
     _raise_fd_limit()  # before ``protocols``: the connection cap is taken from the raised limit
@@ -96,15 +91,15 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
     for sig in (signal.SIGTERM, signal.SIGINT):  # our own handlers: uvicorn's re-raise the signal at exit
         loop.add_signal_handler(sig, _request_exit, server)
     loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
-    host_json = config.data_dir / "host.json"
+    host_json = config.data_dir / serving.HOST_JSON
     try:
         await server.startup(sockets=[sock])
         if server.should_exit:
             return
         shown = "[::1]" if options.bind == "::1" else "127.0.0.1" if options.bind in LOOPBACK else options.bind
         url = f"http://{shown}:{port}"
-        _write_host_json(host_json, {"url": url, "port": port, "token": token, "pid": os.getpid(),
-                                     "protocolVersion": PROTOCOL_VERSION})
+        serving.write_host_json(config.data_dir, {"url": url, "port": port, "token": token, "pid": os.getpid(),
+                                                  "protocolVersion": PROTOCOL_VERSION})
         _freeze_start_up()
         announce(url, token)
         warming = _warm_up(host)
@@ -122,6 +117,23 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
         if server.started:
             await server.shutdown(sockets=[sock])
         sock.close()
+
+
+def _bind(address: str, port: int | None, *, fallback: bool) -> ListeningSocket:
+    """A socket bound to ``port``; with ``fallback`` (the port was only preferred: the last one),
+    to any free port when that one is taken."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    for candidate in ([port, 0] if port and fallback else [port or 0]):
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets it knows are TCP
+        sock = ListeningSocket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, candidate))
+            return sock
+        except OSError as exc:
+            sock.close()
+            failure = exc
+    raise StartupRefused(f"cannot listen on {address}:{port}: {failure.strerror or failure}") from None
 
 
 def dump_tasks(out: TextIO | None = None) -> None:
@@ -169,13 +181,3 @@ def _raise_fd_limit() -> None:
 
 def _request_exit(server: uvicorn.Server) -> None:
     server.should_exit = True
-
-
-def _write_host_json(path: Path, data: dict[str, object]) -> None:
-    temp = path.with_suffix(".json.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, path)

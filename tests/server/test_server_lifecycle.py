@@ -213,14 +213,24 @@ def test_sigusr1_writes_what_each_turn_awaits_and_the_host_carries_on(spawn, gat
 
     session = asyncio.run(call("session.create", {"projectPath": str(project)}))
     turn = asyncio.run(call("agent.prompt", {"sessionId": session["id"], "text": "wait forever"}))
-    proc.popen.send_signal(signal.SIGUSR1)
     assert proc.popen.stderr is not None
-    stderr, dump = proc.popen.stderr.fileno(), b""  # the raw pipe: nothing else reads it meanwhile
+    stderr = proc.popen.stderr.fileno()  # the raw pipe: nothing else reads it meanwhile
     deadline = time.monotonic() + 20
-    while b"pidesk: end of tasks\n" not in dump:
-        assert select.select([stderr], [], [], max(0.0, deadline - time.monotonic()))[0], dump
-        dump += os.read(stderr, 65536)
-    turn_stack = dump.decode().split(f"--- task turn {turn['turnId']}\n")[1].split("--- task ")[0]
+
+    def dump_turn() -> str:
+        """One SIGUSR1's dump, cut to the turn's task."""
+        proc.popen.send_signal(signal.SIGUSR1)
+        dump = b""
+        while b"pidesk: end of tasks\n" not in dump:
+            assert select.select([stderr], [], [], max(0.0, deadline - time.monotonic()))[0], dump
+            dump += os.read(stderr, 65536)
+        return dump.decode().split(f"--- task turn {turn['turnId']}\n")[1].split("--- task ")[0]
+
+    # the turn first takes the workspace's checkpoint, then parks in the model's stream at its gate
+    turn_stack = dump_turn()
+    while " in stream\n" not in turn_stack and time.monotonic() < deadline:
+        select.select([], [], [], 0.05)  # a pause between dumps, not a wait for the turn: it is asked again
+        turn_stack = dump_turn()
     # from the turn's task down to the await it is parked at: the model's stream (an async generator,
     # whose own frames the interpreter does not expose from outside)
     assert " in _drive\n" in turn_stack and " in stream\n" in turn_stack and " in wait_for\n" in turn_stack
@@ -228,3 +238,27 @@ def test_sigusr1_writes_what_each_turn_awaits_and_the_host_carries_on(spawn, gat
     assert asyncio.run(call("host.status", {}))["running"] == 1  # the signal changed nothing
     proc.popen.send_signal(signal.SIGTERM)
     assert proc.popen.wait(timeout=20) == 0
+
+
+def test_a_restarted_host_keeps_its_token_and_port_unless_told_otherwise(spawn):
+    """Issue 18 item 15: a restarted `pidesk serve` had a new port and a new token, so every open page
+    stayed "reconnecting…" for good. The token is kept in the data dir (0600) and the last port is
+    tried first; `--new-token` replaces the token, and a taken port falls back to a free one."""
+    first = spawn()
+    assert first.sigterm() == 0
+    kept = first.data_dir / "token"
+    assert kept.read_text() == first.token and kept.stat().st_mode & 0o777 == 0o600
+    second = spawn(data_dir=first.data_dir)
+    assert (second.url, second.token) == (first.url, first.token)
+    assert asyncio.run(hello(second.url, first.token))["result"]["protocolVersion"] == 1
+    assert second.sigterm() == 0
+    renewed = spawn("--new-token", data_dir=first.data_dir)
+    assert renewed.token != first.token and renewed.url == first.url
+    assert renewed.sigterm() == 0
+    with socket.socket() as squatter:  # someone else took the port meanwhile
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the last host's TIME_WAIT
+        squatter.bind(("127.0.0.1", first.port))
+        squatter.listen()
+        moved = spawn(data_dir=first.data_dir)
+        assert moved.port != first.port and moved.token == renewed.token
+        assert moved.sigterm() == 0

@@ -160,8 +160,9 @@ def _has(cls: str) -> Any:
     return re.compile(rf"(^|\s){re.escape(cls)}(\s|$)")
 
 
-async def start_serve(data_dir: Path, provider: ScriptedProvider, port: int = 0,
+async def start_serve(data_dir: Path, provider: ScriptedProvider, port: int = 0, token: str | None = TOKEN,
                       **config: Any) -> tuple[asyncio.Task[None], str]:
+    """``token=None`` and ``port=0``: what ``pidesk serve`` does by default (the kept token, the last port)."""
     ready = asyncio.Event()
     box: dict[str, str] = {}
 
@@ -169,7 +170,7 @@ async def start_serve(data_dir: Path, provider: ScriptedProvider, port: int = 0,
         box["url"] = url
         ready.set()
 
-    task = asyncio.create_task(serve(HostConfig(data_dir=data_dir, **config), provider, ServeOptions(port=port, token=TOKEN),
+    task = asyncio.create_task(serve(HostConfig(data_dir=data_dir, **config), provider, ServeOptions(port=port, token=token),
                                      announce))
     waiter = asyncio.create_task(ready.wait())
     await asyncio.wait({task, waiter}, timeout=15, return_when=asyncio.FIRST_COMPLETED)

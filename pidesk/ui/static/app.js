@@ -81,6 +81,12 @@ const contextLine = createContextLine($('context-line'), rpc, () => S.current);
 
 // ---- connection ---------------------------------------------------------------------
 
+// A call in flight when the connection drops is rejected with DISCONNECTED: expected, not an
+// error — the reconnect re-reads everything from the host. Any other rejection still surfaces.
+window.addEventListener('unhandledrejection', (event) => {
+  if (event.reason?.code === 'DISCONNECTED') event.preventDefault();
+});
+
 function onState(state, detail, initial) {
   S.conn = state;
   renderConn();
