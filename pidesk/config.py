@@ -23,6 +23,15 @@ about (``HostConfig.config_dir``; pidesk.host.instructions), wherever the config
     [models."openai/gpt-4.1"]
     context_limit = 1000000           # tokens the model's view may hold before compaction
 
+    [models."anthropic/claude-sonnet-4-5"]   # per-model settings (pidesk.cli.models reads them)
+    thinking_budget = 8000            # extended thinking with this budget (>= 1024 tokens)
+    effort = "high"                   # Anthropic's effort; alone: adaptive thinking
+    max_tokens = 8192                 # the answer's cap (the thinking budget comes on top)
+    cache = true                      # prompt caching: cache_control / prompt_cache_key (default on)
+
+    [models."openai-responses/o4-mini"]
+    reasoning_effort = "medium"       # OpenAI-compatible reasoning (Chat Completions and Responses)
+
     [plugins.mcp.github]              # an MCP tool server (see pidesk/plugins/mcp_tools.py)
     command = ["npx", "-y", "@modelcontextprotocol/server-github"]
     risk = "medium"                   # low: allowed; medium: like Write; high: like Bash (Agent mode only)
@@ -68,6 +77,13 @@ class HostConfig:
     lean_http: bool = True
     # <platform config dir>/pidesk: the global AGENTS.md and skills/ (pidesk.host.instructions); None: none
     config_dir: Path | None = None
+    # the config file's [models."<provider>/<model>"] tables (thinking, effort, caching; pidesk.cli.models)
+    models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+
+    def model_settings(self, model: str | None = None) -> Mapping[str, Any]:
+        """The config file's table for ``model`` (default: the configured model), or an empty one."""
+        settings = self.models.get(model or self.model, {})
+        return settings if isinstance(settings, Mapping) else {}
 
     @classmethod
     def from_environ(
@@ -102,6 +118,7 @@ class HostConfig:
             strict_planning=env.get("PIDESK_STRICT_PLANNING", str(file.get("strict_planning", ""))).lower()
             in ("1", "true", "yes"),
             config_dir=_default_config_dir(),
+            models={k: v for k, v in file.get("models", {}).items() if isinstance(v, dict)},
             lean_http=(env.get("PIDESK_HTTP_TRANSPORT") or str(file.get("http_transport", "pidesk"))).lower() != "httpx"
             and not any(env.get(name) for name in _PROXY_VARIABLES),
             faults=Faults(

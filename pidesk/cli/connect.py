@@ -119,7 +119,8 @@ async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterato
     """An in-process Host holding the data dir's lock (a served data dir refuses it)."""
     from pidesk.cli.models import make_provider
 
-    provider = make_provider(model or config.model, config.secrets, lean_http=config.lean_http)
+    provider = make_provider(model or config.model, config.secrets, lean_http=config.lean_http,
+                             settings=config.model_settings(model))
     _warm_up(provider)  # first: the host's own imports and opening then overlap it
 
     from pidesk.host import Host

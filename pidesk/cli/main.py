@@ -121,7 +121,8 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
 
             webbrowser.open(page)
 
-    asyncio.run(run_server(config, make_provider(config.model, config.secrets, lean_http=config.lean_http),
+    asyncio.run(run_server(config, make_provider(config.model, config.secrets, lean_http=config.lean_http,
+                                                 settings=config.model_settings()),
                            ServeOptions(bind=bind, port=port, token=token, new_token=new_token,
                                         allow_remote=allow_remote), announce))
 

@@ -175,10 +175,15 @@ OPENAI_DONE = b"data: [DONE]\n\n"
 def openai_chunk(
     *, content: str | None = None, tool_calls: list[dict[str, Any]] | None = None, role: str | None = None,
     finish_reason: str | None = None, usage: dict[str, Any] | None = None, no_choices: bool = False,
+    reasoning_content: str | None = None, reasoning: str | None = None,
 ) -> bytes:
     delta: dict[str, Any] = {}
     if role is not None:
         delta["role"] = role
+    if reasoning_content is not None:  # DeepSeek, vLLM, llama.cpp
+        delta["reasoning_content"] = reasoning_content
+    if reasoning is not None:  # OpenRouter, Ollama
+        delta["reasoning"] = reasoning
     if content is not None:
         delta["content"] = content
     if tool_calls is not None:
@@ -275,8 +280,101 @@ def anthropic_text(*pieces: str) -> list[bytes]:
     return [anthropic_start(), *anthropic_text_block(0, *pieces), *anthropic_end()]
 
 
+def anthropic_thinking_block(index: int, *pieces: str, signature: str) -> list[bytes]:
+    """An extended-thinking block: its text in pieces, then its signature (as the API sends them)."""
+    return [
+        anthropic_event("content_block_start", index=index,
+                        content_block={"type": "thinking", "thinking": "", "signature": ""}),
+        *(anthropic_event("content_block_delta", index=index, delta={"type": "thinking_delta", "thinking": p})
+          for p in pieces),
+        anthropic_event("content_block_delta", index=index, delta={"type": "signature_delta", "signature": signature}),
+        anthropic_event("content_block_stop", index=index),
+    ]
+
+
+def anthropic_redacted_block(index: int, data: str) -> list[bytes]:
+    """A redacted_thinking block: encrypted, whole in its start event."""
+    return [
+        anthropic_event("content_block_start", index=index, content_block={"type": "redacted_thinking", "data": data}),
+        anthropic_event("content_block_stop", index=index),
+    ]
+
+
+def anthropic_tool_use(index: int, id: str, name: str, args: dict[str, Any]) -> list[bytes]:
+    return [anthropic_tool_start(index, id, name), anthropic_json(index, json.dumps(args)),
+            anthropic_event("content_block_stop", index=index)]
+
+
 def anthropic_error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Reply:
     return Reply(status, {"type": "error", "error": {"type": kind, "message": message}}, headers or {})
+
+
+# ---- OpenAI Responses wire format -------------------------------------------------
+
+_sequence = count()
+
+
+def responses_event(kind: str, **payload: Any) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(_sequence), **payload})}\n\n".encode()
+
+
+def _response(status: str, usage: dict[str, Any] | None = None, **more: Any) -> dict[str, Any]:
+    return {"id": "resp_1", "object": "response", "created_at": 1700000000, "model": "gpt-test", "status": status,
+            "output": [], "usage": usage, **more}
+
+
+def responses_created() -> bytes:
+    return responses_event("response.created", response=_response("in_progress"))
+
+
+def responses_reasoning(index: int, id: str, *summary: str, encrypted: str | None = None) -> list[bytes]:
+    """A reasoning item: its summary streamed, then the whole item (with ``encrypted_content``)."""
+    item = {"type": "reasoning", "id": id, "summary": [], "status": "in_progress"}
+    done = {"type": "reasoning", "id": id, "summary": [{"type": "summary_text", "text": "".join(summary)}],
+            "encrypted_content": encrypted, "status": "completed"}
+    return [
+        responses_event("response.output_item.added", output_index=index, item=item),
+        *(responses_event("response.reasoning_summary_text.delta", item_id=id, output_index=index, summary_index=0,
+                          delta=p) for p in summary),
+        responses_event("response.output_item.done", output_index=index, item=done),
+    ]
+
+
+def responses_text(index: int, *pieces: str) -> list[bytes]:
+    item_id = f"msg_{index}"
+    text = "".join(pieces)
+    return [
+        responses_event("response.output_item.added", output_index=index,
+                        item={"type": "message", "id": item_id, "role": "assistant", "content": [],
+                              "status": "in_progress"}),
+        *(responses_event("response.output_text.delta", item_id=item_id, output_index=index, content_index=0,
+                          delta=p, logprobs=[]) for p in pieces),
+        responses_event("response.output_item.done", output_index=index,
+                        item={"type": "message", "id": item_id, "role": "assistant", "status": "completed",
+                              "content": [{"type": "output_text", "text": text, "annotations": []}]}),
+    ]
+
+
+def responses_call(index: int, call_id: str, name: str, args: dict[str, Any]) -> list[bytes]:
+    arguments = json.dumps(args)
+    item = {"type": "function_call", "id": f"fc_{index}", "call_id": call_id, "name": name}
+    half = len(arguments) // 2
+    return [
+        responses_event("response.output_item.added", output_index=index,
+                        item={**item, "arguments": "", "status": "in_progress"}),
+        *(responses_event("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=p)
+          for p in (arguments[:half], arguments[half:])),
+        responses_event("response.output_item.done", output_index=index,
+                        item={**item, "arguments": arguments, "status": "completed"}),
+    ]
+
+
+def responses_completed(input_tokens: int = 10, output_tokens: int = 5, cached: int = 0) -> bytes:
+    return responses_event("response.completed", response=_response("completed", {
+        "input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }))
 
 
 # ---- driving a provider -----------------------------------------------------------
