@@ -51,6 +51,8 @@ async def _run(link: Any, project: Path, prompt: str, permission_mode: str, as_j
             if event.get("sessionId") not in (None, session["id"]):
                 continue
             if as_json:
+                if event["type"] == "turn.ended" and event["turnId"] == started["turnId"]:
+                    event = {**event, "usage": await _turn_usage(link, session["id"], started["turnId"])}
                 click.echo(json.dumps(event))
             else:
                 _print(event)
@@ -60,6 +62,12 @@ async def _run(link: Any, project: Path, prompt: str, permission_mode: str, as_j
                 click.echo(f"pidesk: turn {event['reason']}: {event.get('errorCode')}", err=True)
                 return 1
     return 1
+
+
+async def _turn_usage(link: Any, session_id: str, turn_id: str) -> dict[str, int] | None:
+    """The run's turn's token counts (cache reads and writes apart), for ``--json``'s turn.ended line."""
+    turns = (await link.call("session.turns", {"sessionId": session_id}))["turns"]
+    return next((t["usage"] for t in turns if t["id"] == turn_id), None)
 
 
 def _print(event: dict[str, Any]) -> None:
