@@ -239,6 +239,12 @@ export class Transcript {
       for (const b of m.content) {
         if (b.type === 'text') {
           if (b.text) parts.push(this._markdown(b.text));
+        } else if (b.type === 'thinking') {
+          // the model's reasoning, collapsed (issue 16 §2); a redacted block has no text to show
+          parts.push(b.redacted || !b.text
+            ? h('div', { class: 'thinking muted small' }, 'Thinking (redacted by the provider)')
+            : h('details', { class: 'thinking muted small' }, h('summary', null, 'Thinking'),
+              h('div', { class: 'thinking-text', style: 'white-space: pre-wrap' }, b.text)));
         } else if (b.type === 'toolCall') {
           const info = this._tool(b.id);
           if (info.orphan) { // its result showed alone until this older page arrived
@@ -394,7 +400,23 @@ export class Transcript {
   _notesFromTurns() {
     for (const t of this.view.turns.values()) {
       if (t.state === 'ended' && t.reason !== 'completed') this._note(t.id, t.reason, t.errorCode);
+      if (t.state === 'ended') this._usageNote(t);
     }
+  }
+
+  // A turn's tokens, cache reads and writes apart (issue 16 §3), under its last message.
+  _usageNote(t) {
+    const u = t.usage;
+    if (!u || !(u.inputTokens || u.outputTokens || u.cacheTokens)) return;
+    if (this.list.querySelector(`.turn-usage[data-turn="${CSS.escape(t.id)}"]`)) return;
+    const seq = this.turnLast.get(t.id);
+    if (seq === undefined) return;
+    const n = (v) => (v || 0).toLocaleString();
+    const cache = u.cacheTokens ? ` · cache ${n(u.cacheReadTokens)} read, ${n(u.cacheWriteTokens)} written` : '';
+    const el = h('div', { class: 'turn-usage muted small', dataset: { turn: t.id, seq: String(seq + 0.4) },
+      title: 'tokens this turn used (input excludes what the prompt cache served, for Anthropic)' },
+    `${n(u.inputTokens)} in · ${n(u.outputTokens)} out${cache}`);
+    this._insert(el, seq + 0.4);
   }
 
   _note(turnId, reason, code) {
