@@ -6,13 +6,14 @@ same helpers at full size and prints the figures:
 (b) 1,000 raw TCP connections that send nothing + 200 idle authenticated WebSockets opened at once
     and kept for ``--hold`` seconds while a normal client's ``host.hello`` (WebSocket and HTTP) is timed;
     host RSS before / held (at the end of the hold) / after (``/proc/<pid>/status`` VmRSS, VmHWM). The
-    host closes a connection that has sent no byte within 5 s (``ReapingH11Protocol``,
-    ``pidesk/server/protocol.py``), so the raw ones are gone by the end of a 10 s hold ("closed by the
-    host while idle"); the WebSockets stay open throughout.
+    host closes a connection that has not sent a complete request within 10 s (``DoorLimits``,
+    ``pidesk/server/protocol.py``; until 2026-12-03 it was "no byte within 5 s"), so the raw ones are
+    reaped at the end of a 10 s hold ("closed by the host while idle"); the WebSockets stay open
+    throughout.
 (b2) the same number of silent connections against a host started with a desktop's soft
     RLIMIT_NOFILE of 1024: after 7 s, can a normal client still connect? It can: ``pidesk serve`` raises
-    its soft limit to the hard one (``_raise_fd_limit``, ``pidesk/server/serve.py``) and reaps the
-    silent connections after 5 s. CI: ``test_silent_connections_past_the_fd_limit_do_not_lock_a_client_out``
+    its soft limit to the hard one (``_raise_fd_limit``, ``pidesk/server/serve.py``), caps its connections
+    below that limit (shedding the longest-waiting incomplete one) and reaps the silent ones after 10 s. CI: ``test_silent_connections_past_the_fd_limit_do_not_lock_a_client_out``
     (300 against a soft limit of 256). Not covered here: a hard limit below the flood. Then clients are
     refused until the reaping (measured once by hand, hard limit 1024 and 1,200 silent connections:
     refused at 1 s and 3 s, answered in 0.6 ms at 7 s).

@@ -32,14 +32,19 @@ about (``HostConfig.config_dir``; pidesk.host.instructions), wherever the config
     [models."openai-responses/o4-mini"]
     reasoning_effort = "medium"       # OpenAI-compatible reasoning (Chat Completions and Responses)
 
-    [plugins.mcp.github]              # an MCP tool server (see pidesk/plugins/mcp_tools.py)
+    [plugins.mcp.github]              # an MCP tool server over stdio (see pidesk/plugins/mcp_tools.py)
     command = ["npx", "-y", "@modelcontextprotocol/server-github"]
-    risk = "medium"                   # low: allowed; medium: like Write; high: like Bash (Agent mode only)
+    risk = "medium"                   # low: allowed; medium: like Write; high: like Bash (Agent mode only);
+                                      # left out: each tool's readOnlyHint/destructiveHint decides
+    [plugins.mcp.docs]                # an MCP server over Streamable HTTP
+    url = "http://127.0.0.1:8000/mcp"
+    headers = { Authorization = "Bearer ${DOCS_TOKEN}" }   # ${NAME}: from the environment
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -67,8 +72,12 @@ class HostConfig:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     # strict planning: Bash in Plan/Goal runs in a read-only bubblewrap sandbox (off by default)
     strict_planning: bool = False
-    # the config file's [plugins.mcp.<name>] tables (validated by pidesk.plugins.mcp_tools)
-    mcp_servers: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # the config file's [plugins.mcp] value as read, <name> → table (validated by pidesk.plugins.mcp_tools:
+    # a broken table disables its server only); mcp_source names the file in their errors
+    mcp_servers: Any = field(default_factory=dict, repr=False)
+    mcp_source: str = "config"
+    # the variables that ${NAME} in those tables' headers name, from the environment (never shown)
+    mcp_environ: Mapping[str, str] = field(default_factory=dict, repr=False)
     # turns doing CPU work on the event loop at once (pidesk.runtime.gate): RPCs wait behind at most this many
     step_slots: int = DEFAULT_SLOTS
     # a plain-http:// base URL gets pidesk's own HTTP transport under the SDK (providers/transport.py);
@@ -95,7 +104,9 @@ class HostConfig:
         approval_timeout: float | None = None,
     ) -> HostConfig:
         env = os.environ if environ is None else environ
-        file = _read_config_file(Path(env["PIDESK_CONFIG"]) if env.get("PIDESK_CONFIG") else _default_config_file())
+        path = Path(env["PIDESK_CONFIG"]) if env.get("PIDESK_CONFIG") else _default_config_file()
+        file = _read_config_file(path)
+        mcp_servers = _mcp_tables(file)
         providers = file.get("providers", {})
         secrets = {
             f"{name.upper()}_{key.upper()}": str(value)
@@ -114,7 +125,9 @@ class HostConfig:
             context_limit=int(limits.get("context_limit", DEFAULT_CONTEXT_LIMIT)),
             tool_env=without_secrets(env),
             secrets=secrets,
-            mcp_servers=dict(file.get("plugins", {}).get("mcp", {})),
+            mcp_servers=mcp_servers,
+            mcp_source=f"config file {path}",
+            mcp_environ={name: env[name] for name in _header_variables(mcp_servers) if name in env},
             strict_planning=env.get("PIDESK_STRICT_PLANNING", str(file.get("strict_planning", ""))).lower()
             in ("1", "true", "yes"),
             config_dir=_default_config_dir(),
@@ -136,6 +149,24 @@ _PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")  # wha
 def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment minus provider keys and anything named like a secret (never shown to tools)."""
     return {k: v for k, v in environ.items() if not any(mark in k.upper() for mark in _SECRET_MARKS)}
+
+
+def _mcp_tables(file: Mapping[str, Any]) -> Any:
+    """[plugins.mcp] as read; a [plugins] that is not a table is passed on for the plugins to report."""
+    plugins = file.get("plugins", {})
+    return plugins.get("mcp", {}) if isinstance(plugins, Mapping) else plugins
+
+
+def _header_variables(tables: Any) -> set[str]:
+    """The names ${NAME} in the header values of [plugins.mcp.<name>] tables (broken ones included)."""
+    if not isinstance(tables, Mapping):
+        return set()
+    return {
+        name for table in tables.values() if isinstance(table, Mapping)
+        and isinstance(headers := table.get("headers"), Mapping)
+        for value in headers.values() if isinstance(value, str)
+        for name in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", value)
+    }
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:

@@ -116,7 +116,10 @@ async def connect(config: HostConfig, url: str | None = None, token: str | None 
 
 @asynccontextmanager
 async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterator[Any]:
-    """An in-process Host holding the data dir's lock (a served data dir refuses it)."""
+    """An in-process Host holding the data dir's lock (a served data dir refuses it).
+
+    It has the same MCP tool servers as a served host: its first turn starts them and waits (bounded)
+    for them, and closing it stops them; a command that runs no turn spawns none."""
     from pidesk.cli.models import make_provider
 
     provider = make_provider(model or config.model, config.secrets, lean_http=config.lean_http,
@@ -132,6 +135,7 @@ async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterato
     try:
         host = Host.open(config, provider)
         try:
+            await host.start_plugins("first turn")
             yield host
         finally:
             await host.close()

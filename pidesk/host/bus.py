@@ -8,6 +8,12 @@ queue is emptied, it leaves the bus, ``on_drop`` is called and its next read
 raises ``FellBehind``. So a client that stops reading costs the host a bounded
 amount of memory, and the host never waits for it. Events are published only
 after what they announce is durable.
+
+An event's weight is estimated from its strings when it is published (cheap: no
+encoding in the publisher's step), and its JSON is encoded once, lazily, by the
+first client connection that sends it (``next_encoded``), then shared: a large
+event (a 10 MB Write's arguments) costs the event loop one encoding, in a step of
+its own, not one per client inside the turn that published it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,47 @@ from pidesk.core.events import AnyEvent
 
 log = logging.getLogger("pidesk.bus")
 _encoder = msgspec.json.Encoder()
+LARGE_EVENT = 1 << 20  # bytes: an event this large is encoded in an event-loop step of its own
+
+
+class _Encoded:
+    """One published event and, once a client asked for it, its JSON (shared by every subscriber)."""
+
+    __slots__ = ("event", "_json")
+
+    def __init__(self, event: AnyEvent) -> None:
+        self.event = event
+        self._json: bytes | None = None
+
+    def encoded(self) -> bytes:
+        if self._json is None:
+            self._json = _encoder.encode(self.event)
+        return self._json
+
+
+def estimated_size(event: object) -> int:
+    """About the size of ``event``'s JSON, from its strings' lengths (a non-ASCII one counts four bytes a
+    character, the most UTF-8 takes); containers and scalars a few bytes each. Iterative: arguments
+    a model sent may nest deeper than the recursion limit."""
+    total = 0
+    stack = [event]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            total += len(value) + 2 if value.isascii() else 4 * len(value) + 2
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+            total += 2
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+            total += 2
+        elif isinstance(value, msgspec.Struct):
+            stack.extend(getattr(value, name) for name in value.__struct_fields__)
+            total += 2 + 16 * len(value.__struct_fields__)
+        else:
+            total += 8
+    return total
 
 
 class FellBehind(Exception):
@@ -32,8 +79,9 @@ class FellBehind(Exception):
 class Subscription:
     def __init__(self, bus: EventBus) -> None:
         self._bus = bus
-        self._items: deque[tuple[int, AnyEvent, int]] = deque()  # (seq, event, its weight in bytes)
+        self._items: deque[tuple[int, _Encoded, int]] = deque()  # (seq, the event and its JSON, its weight)
         self._bytes = 0
+        self._last_weight = 0  # of the event taken last
         self._ready = asyncio.Event()
         self.max_events: int | None = None
         self.max_bytes: int | None = None
@@ -46,7 +94,7 @@ class Subscription:
         self._bus._weighed.add(self)
         return self
 
-    def _put(self, seq: int, event: AnyEvent, weight: int) -> bool:
+    def _put(self, seq: int, event: _Encoded, weight: int) -> bool:
         """Queue one event; False when that would put this subscriber past its bound."""
         if self._items and ((self.max_events is not None and len(self._items) >= self.max_events)
                             or (self.max_bytes is not None and self._bytes + weight > self.max_bytes)):
@@ -68,12 +116,13 @@ class Subscription:
             except Exception:  # publishing never fails because of one subscriber
                 log.exception("a dropped subscriber's callback failed")
 
-    def _take(self) -> tuple[int, AnyEvent]:
+    def _take(self) -> tuple[int, _Encoded]:
         seq, event, weight = self._items.popleft()
         self._bytes -= weight
+        self._last_weight = weight
         return seq, event
 
-    async def next(self) -> tuple[int, AnyEvent]:
+    async def _next(self) -> tuple[int, _Encoded]:
         while not self._items:
             if self.dropped:
                 raise FellBehind("this subscriber fell too far behind the host's events; re-read the state")
@@ -81,11 +130,23 @@ class Subscription:
             await self._ready.wait()
         return self._take()
 
+    async def next(self) -> tuple[int, AnyEvent]:
+        seq, event = await self._next()
+        return seq, event.event
+
+    async def next_encoded(self) -> tuple[int, bytes]:
+        """The next event as its JSON (``{"type": …, …}``, without ``seq``), encoded once for every client."""
+        seq, event = await self._next()
+        if self._last_weight > LARGE_EVENT:
+            await asyncio.sleep(0)  # encode it in a step of its own, once what is waiting (a probe) has run
+        return seq, event.encoded()
+
     def pending(self) -> list[tuple[int, AnyEvent]]:
         """Every event delivered and not yet read, without waiting."""
         items = []
         while self._items:
-            items.append(self._take())
+            seq, event = self._take()
+            items.append((seq, event.event))
         return items
 
     async def wait_for(self, predicate: Callable[[AnyEvent], bool], timeout: float = 10.0) -> AnyEvent:
@@ -121,8 +182,9 @@ class EventBus:
 
     def publish(self, event: AnyEvent) -> int:
         self.seq += 1
-        weight = len(_encoder.encode(event)) if self._weighed else 0
-        behind = [sub for sub in self._subscribers if not sub._put(self.seq, event, weight)]
+        shared = _Encoded(event)
+        weight = estimated_size(event) if self._weighed else 0
+        behind = [sub for sub in self._subscribers if not sub._put(self.seq, shared, weight)]
         for sub in behind:
             sub._drop()
         for listener in self.listeners:

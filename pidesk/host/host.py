@@ -17,7 +17,7 @@ import inspect
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -78,9 +78,10 @@ class Host:
         self._scheduler: asyncio.Task[None] | None = None
         self.hooks: EventHooks | None = None
         if config.mcp_servers:
-            from pidesk.plugins.mcp_tools import McpTools, load_mcp_config
+            from pidesk.plugins.mcp_tools import McpTools
 
-            p.plugin_tools = McpTools(load_mcp_config({"plugins": {"mcp": dict(config.mcp_servers)}}))
+            p.plugin_tools = McpTools.from_config(config.mcp_servers, source=config.mcp_source,
+                                                  environ=config.mcp_environ)
 
     @classmethod
     def open(cls, config: HostConfig, provider: Provider, clock: Callable[[], datetime] = utcnow,
@@ -98,10 +99,22 @@ class Host:
         host.schedules.skip_missed(clock())
         return host
 
-    async def start_plugins(self) -> None:
-        """Start MCP tool servers, and tell event plugins about the turns recovery ended."""
-        if self.parts.plugin_tools is not None:
-            await self.parts.plugin_tools.start()
+    async def start_plugins(self, how: Literal["wait", "background", "first turn"] = "wait") -> None:
+        """Start MCP tool servers, and tell event plugins about the turns recovery ended.
+
+        ``how``: "wait" returns once every server is ready or failed; "background" at once (``serve``:
+        it answers meanwhile, and a turn sees the tools of the servers ready so far); "first turn"
+        leaves them to the first turn, which waits a bounded time for them (embedded hosts: a command
+        that runs no turn spawns no server, and a one-shot ``run`` sees the tools).
+        """
+        plugins = self.parts.plugin_tools
+        if plugins is not None:
+            if how == "wait":
+                await plugins.start()
+            elif how == "background":
+                plugins.start_background()
+            else:
+                plugins.lazy = True
         if self.recovery is not None:
             for ended in self.recovery.ended_turns:
                 self._to_hooks(0, ended)
@@ -141,6 +154,8 @@ class Host:
         return self.parts.bus.subscribe()
 
     async def _context(self, live: LiveTurn) -> HostTurnContext:
+        if self.parts.plugin_tools is not None:  # an embedded host's first turn starts and awaits its MCP servers
+            await self.parts.plugin_tools.before_turn()
         context = HostTurnContext(self.parts, live, self.permissions, self.approvals, self.executions,
                                   self.delegates, self.instructions)
         await context.prepare()

@@ -1,44 +1,66 @@
-"""Plugin tools: MCP servers spawned over stdio, their tools offered under ``mcp__<server>__<tool>``.
+"""Plugin tools: MCP servers (stdio or Streamable HTTP), their tools offered under ``mcp__<server>__<tool>``.
 
-Each server is declared in the user config file with the risk the user accepts
-for its tools (the policy in ``core.policy`` turns that risk into Allow / Ask in
-Agent mode; Plan and Goal deny every plugin tool whatever its risk)::
+Each server is declared in the user config file; the risk the user accepts for
+its tools becomes Allow / Ask in Agent mode (``core.policy``; Plan and Goal deny
+every plugin tool whatever its risk or its hints)::
 
     [plugins.mcp.github]                      # <name>: letters, digits, "-" and "_" (no "__")
-    command = ["npx", "-y", "@modelcontextprotocol/server-github"]   # argv, a list of strings
-    risk = "medium"                           # required: "low" | "medium" | "high"
+    command = ["npx", "-y", "@modelcontextprotocol/server-github"]   # stdio: argv, a list of strings
+    risk = "medium"                           # optional: "low" | "medium" | "high" for every tool
     enabled = true                            # optional, default true
-    env = { GITHUB_TOKEN = "…" }              # optional, added to the server's environment
+    env = { GITHUB_TOKEN = "…" }              # optional (stdio), added to the server's environment
     timeout = 120                             # optional: seconds one tool call may run (default 120)
 
-A server's environment is the MCP SDK's safe default (HOME, LOGNAME, PATH, SHELL,
-TERM, USER) plus its ``env`` table — never the host's provider keys. Its stderr
-goes to a private temporary file whose tail is quoted when it fails.
+    [plugins.mcp.docs]
+    url = "https://example.com/mcp"           # Streamable HTTP instead of command
+    headers = { Authorization = "Bearer ${DOCS_TOKEN}" }   # optional; ${NAME}: from pidesk's environment
+
+Risk: the table's ``risk`` when it has one, for every tool of the server; else
+each tool's own annotations: ``readOnlyHint`` → low (like Read), another hint
+(``destructiveHint``, or ``readOnlyHint = false``) → medium (like Write), none
+→ high (like Bash). ``plugins.list`` says where each tool's risk came from.
+
+A stdio server's environment is the MCP SDK's safe default (HOME, LOGNAME, PATH,
+SHELL, TERM, USER) plus its ``env`` table — never the host's provider keys. Its
+stderr goes to a private temporary file whose tail is quoted when it fails. An
+HTTP server's header values are expanded when it is connected, from the variables
+``HostConfig.mcp_environ`` carries; they are never logged nor listed.
 
 Design and invariants:
 
+- A broken ``[plugins.mcp.<name>]`` table disables that server only
+  (``McpTools.from_config``): it is listed as failed with the config file, the
+  key and the fix, and logged once; every other server and command works.
 - ``McpTools`` owns every server process. Each live connection is one
   ``_Connection``: an owner task that enters ``mcp.Client`` (whose anyio task
   groups must be entered and left in one task), lists the tools, then waits to
   be told to stop. Calls are made from the callers' tasks through that client.
-- Failures are data. ``start()`` never raises: a server that cannot be spawned,
-  exits during the handshake or does not answer within ``start_timeout`` is
-  recorded with its error (``listing()``), and the others still start.
-  ``call()`` never raises either, except ``asyncio.CancelledError``, which
-  propagates to the awaiting task untouched (an aborted tool call).
+- Starting never blocks the host unless asked: ``start()`` waits for every
+  server, ``start_background()`` returns at once (``pidesk serve``: a turn sees
+  the tools of the servers ready so far), and ``lazy`` registries start with the
+  first turn, which waits up to ``TURN_WAIT`` s for them (embedded hosts: a
+  command that runs no turn spawns nothing). ``listing()`` gives each server's
+  state: stopped / starting / ready / failed (with ``error``) / disabled.
+- Failures are data. A server that cannot be spawned, exits during the
+  handshake or does not answer within ``start_timeout`` is recorded with its
+  error, and the others still start. ``call()`` never raises either, except
+  ``asyncio.CancelledError``, which propagates to the awaiting task untouched.
 - Every call has a deadline: the server's ``timeout`` (default 120 s). A call
   still unanswered at its deadline is ``TOOL_TIMEOUT``; one whose turn is asked
   to stop (``agent.stop``, the ``stopped`` predicate, polled every
   ``STOP_POLL`` s) is ``TOOL_ABORTED``; an aborted turn cancels it. In all three
   the request is cancelled in the client, which sends the server MCP's
   ``notifications/cancelled`` for it (bounded), and the connection stays usable.
-- A server that dies is found when a call fails with the connection closed:
-  that call reports the crash (``ok=False``), the dead connection is torn down,
-  and the next call to any of its tools restarts it (on demand, never eagerly;
-  a failed restart is reported the same way and retried on the following call).
-  Its tools stay offered meanwhile, so the model can retry.
-- ``close()`` stops every process: stdin closed, then SIGTERM / SIGKILL to the
-  server's process group (the SDK's shutdown sequence), every wait bounded.
+- A stdio server found dead before a call goes out (its process, identified by
+  pid and start time once started, is gone) was idle when it died: it is
+  restarted and the call then runs. Only a connection that closes while a call
+  is out reports the crash (what the call did is unknown); the next call
+  restarts it. Its tools stay offered meanwhile, so the model can retry.
+- Tools that require MCP task support (``execution.taskSupport: "required"``)
+  are left out, listed under ``skipped`` with the reason: pidesk does not run tasks.
+- ``close()`` stops every process, starting or started: pending starts are
+  cancelled, stdin closed, then SIGTERM / SIGKILL to the server's process group
+  (the SDK's shutdown sequence), every wait bounded.
 - Names are the host's, never the server's: ``mcp__<server>__<tool>`` maps back
   through a table, so a tool name containing ``__`` is unambiguous. Tools whose
   namespaced name no provider accepts (outside ``[A-Za-z0-9_-]{1,64}``) are
@@ -55,14 +77,16 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TextIO, TypeVar
 
 import anyio
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's client with its MCP timeouts
 
 from pidesk import __version__
 from pidesk.core.errors import Code, InvalidParams
@@ -74,6 +98,7 @@ log = logging.getLogger("pidesk.plugins.mcp")
 PREFIX: Final = "mcp__"
 DEFAULT_START_TIMEOUT: Final = 30.0  # seconds to spawn, handshake and list tools
 DEFAULT_CALL_TIMEOUT: Final = 120.0  # seconds one tool call may run, unless the server's ``timeout`` says otherwise
+TURN_WAIT: Final = 15.0  # seconds a turn of a lazy (embedded) registry waits for servers still starting
 STOP_POLL: Final = 0.1  # seconds between looks at the turn's stop flag while a call runs
 CANCEL_GRACE: Final = 5.0  # seconds a cancelled call gets to send its cancellation and unwind
 STOP_GRACE: Final = 10.0  # the SDK's own shutdown is bounded near 6.5 s; this is the backstop
@@ -84,23 +109,28 @@ _LIST_PAGE_CAP: Final = 100
 
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")  # no "__", no leading/trailing "_"
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI and Anthropic both accept
-_CONFIG_KEYS: Final = frozenset({"command", "env", "risk", "enabled", "timeout"})
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_CONFIG_KEYS: Final = frozenset({"command", "url", "headers", "env", "risk", "enabled", "timeout"})
+RiskSource = Literal["config", "readOnlyHint", "hints", "unannotated"]
+State = Literal["stopped", "starting", "ready", "failed", "disabled"]
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class McpServerConfig:
     name: str
-    command: list[str]
+    command: list[str]  # stdio: the argv; empty for a Streamable HTTP server
     env: dict[str, str] | None
-    risk: PluginRisk
+    risk: PluginRisk | None  # None: each tool's risk from its annotations
     enabled: bool = True
     timeout: float = DEFAULT_CALL_TIMEOUT  # seconds one call may run before it is TOOL_TIMEOUT
+    url: str | None = None  # Streamable HTTP endpoint, instead of command
+    headers: dict[str, str] | None = field(default=None, repr=False)  # values may hold ${NAME}
 
 
 @dataclass(frozen=True, slots=True)
 class PluginTool:
-    """A tool as the host offers it: namespaced name, owning server, declared risk, provider spec."""
+    """A tool as the host offers it: namespaced name, owning server, its risk, provider spec."""
 
     name: str
     server: str
@@ -112,37 +142,70 @@ def namespaced(server: str, tool: str) -> str:
     return f"{PREFIX}{server}__{tool}"
 
 
-def load_mcp_config(file_dict: Mapping[str, Any]) -> list[McpServerConfig]:
+def risk_from_annotations(tool: mcp_types.Tool) -> tuple[PluginRisk, RiskSource]:
+    """A tool's risk from its own hints: read-only → low; another hint (destructive or not) → medium,
+    like Write; no hint → high, like Bash. A tool claiming both read-only and destructive is medium."""
+    hints = tool.annotations
+    if hints is None or (hints.read_only_hint is None and hints.destructive_hint is None):
+        return PluginRisk.HIGH, "unannotated"
+    if hints.read_only_hint and not hints.destructive_hint:
+        return PluginRisk.LOW, "readOnlyHint"
+    return PluginRisk.MEDIUM, "hints"
+
+
+def load_mcp_config(file_dict: Mapping[str, Any], source: str = "config") -> list[McpServerConfig]:
     """The ``[plugins.mcp.<name>]`` tables of a parsed config file, validated (see the module docstring).
 
-    Raises ``InvalidParams`` naming the server and the key at fault.
+    Raises ``InvalidParams`` naming ``source`` (the file), the server and the key at fault.
     """
     plugins = file_dict.get("plugins", {})
     if not isinstance(plugins, Mapping):
-        raise InvalidParams("config: [plugins] must be a table")
+        raise InvalidParams(f"{source}: [plugins] must be a table")
     servers = plugins.get("mcp", {})
     if not isinstance(servers, Mapping):
-        raise InvalidParams("config: [plugins.mcp] must be a table of [plugins.mcp.<name>] tables")
-    return [_server_config(name, table) for name, table in servers.items()]
+        raise InvalidParams(f"{source}: [plugins.mcp] must be a table of [plugins.mcp.<name>] tables")
+    return [_server_config(name, table, source) for name, table in servers.items()]
 
 
-def _server_config(name: str, table: Any) -> McpServerConfig:
-    where = f"config [plugins.mcp.{name}]"
+def _server_config(name: str, table: Any, source: str = "config") -> McpServerConfig:
+    where = f"{source} [plugins.mcp.{name}]"
     if not _SERVER_NAME.match(name):
         raise InvalidParams(
             f"{where}: the server name may hold only letters, digits, '-' and single '_' "
-            "(it becomes part of tool names mcp__<server>__<tool>)"
+            "(it becomes part of tool names mcp__<server>__<tool>); rename the table"
         )
     if not isinstance(table, Mapping):
-        raise InvalidParams(f"{where}: must be a table with command = [...] and risk = \"low\"|\"medium\"|\"high\"")
+        raise InvalidParams(f"{where}: must be a table with command = [...] or url = \"http://…/mcp\"")
     unknown = sorted(set(table) - _CONFIG_KEYS)
     if unknown:
-        raise InvalidParams(f"{where}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(_CONFIG_KEYS))}")
-    command = table.get("command")
-    if isinstance(command, str):
-        raise InvalidParams(f"{where}: command must be a list of strings, e.g. command = {json.dumps(command.split())}")
-    if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
-        raise InvalidParams(f"{where}: command must be a non-empty list of non-empty strings, e.g. [\"uvx\", \"my-server\"]")
+        raise InvalidParams(f"{where}: unknown key(s) {', '.join(unknown)}: remove or correct them; "
+                            f"the keys are {', '.join(sorted(_CONFIG_KEYS))}")
+    command, url = table.get("command"), table.get("url")
+    if command is not None and url is not None:
+        raise InvalidParams(f"{where}: command and url both given: keep command for a stdio server, "
+                            "url for a Streamable HTTP one")
+    if url is not None:
+        if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
+            raise InvalidParams(f"{where}: url must be an http:// or https:// address, e.g. url = "
+                                "\"http://127.0.0.1:8000/mcp\"")
+        if table.get("env") is not None:
+            raise InvalidParams(f"{where}: env is for stdio servers (command = [...]); for url, send what "
+                                "the server needs in headers = { … }")
+    else:
+        if isinstance(command, str):
+            raise InvalidParams(f"{where}: command must be a list of strings, e.g. command = "
+                                f"{json.dumps(command.split())}")
+        if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
+            raise InvalidParams(f"{where}: command must be a non-empty list of non-empty strings, e.g. "
+                                "[\"uvx\", \"my-server\"] (or give url = \"http://…/mcp\" for an HTTP server)")
+    headers = table.get("headers")
+    if headers is not None:
+        if url is None:
+            raise InvalidParams(f"{where}: headers are for HTTP servers (url = …); a stdio server takes env = {{ … }}")
+        if not isinstance(headers, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                       for k, v in headers.items()):
+            raise InvalidParams(f"{where}: headers must be a table of string values, e.g. "
+                                "headers = { Authorization = \"Bearer ${MY_TOKEN}\" }")
     env = table.get("env")
     if env is not None and (
         not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
@@ -150,10 +213,9 @@ def _server_config(name: str, table: Any) -> McpServerConfig:
         raise InvalidParams(f"{where}: env must be a table of string values, e.g. env = {{ TOKEN = \"…\" }}")
     risk = table.get("risk")
     choices = ", ".join(f'"{r.value}"' for r in PluginRisk)
-    if risk is None:
-        raise InvalidParams(f"{where}: risk is required — declare how far you trust its tools: risk = {choices}")
-    if risk not in {r.value for r in PluginRisk}:
-        raise InvalidParams(f"{where}: risk must be one of {choices}, got {risk!r}")
+    if risk is not None and risk not in {r.value for r in PluginRisk}:
+        raise InvalidParams(f"{where}: risk must be one of {choices} (or left out: each tool's own hints "
+                            f"decide), got {risk!r}")
     enabled = table.get("enabled", True)
     if not isinstance(enabled, bool):
         raise InvalidParams(f"{where}: enabled must be true or false, got {enabled!r}")
@@ -164,9 +226,24 @@ def _server_config(name: str, table: Any) -> McpServerConfig:
             f"(default {DEFAULT_CALL_TIMEOUT:g}), got {timeout!r}"
         )
     return McpServerConfig(
-        name=name, command=list(command), env=dict(env) if env is not None else None,
-        risk=PluginRisk(risk), enabled=enabled, timeout=float(timeout),
+        name=name, command=list(command or []) if url is None else [], env=dict(env) if env is not None else None,
+        risk=PluginRisk(risk) if risk is not None else None, enabled=enabled, timeout=float(timeout),
+        url=url, headers=dict(headers) if headers is not None else None,
     )
+
+
+def _expand_headers(config: McpServerConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The headers with ``${NAME}`` replaced; a variable not set is an error naming it (never a value)."""
+    expanded = {}
+    for key, value in (config.headers or {}).items():
+        missing = [n for n in _ENV_REF.findall(value) if n not in environ]
+        if missing:
+            raise LookupError(
+                f"header {key} uses ${{{missing[0]}}}, which is not set in pidesk's environment: "
+                f"export {missing[0]} before starting pidesk, or write the value in [plugins.mcp.{config.name}]"
+            )
+        expanded[key] = _ENV_REF.sub(lambda m: environ[m.group(1)], value)
+    return expanded
 
 
 class _Connection:
@@ -177,13 +254,15 @@ class _Connection:
     whatever reason; ``error`` then says why, unless it was asked to stop.
     """
 
-    def __init__(self, config: McpServerConfig, start_timeout: float) -> None:
+    def __init__(self, config: McpServerConfig, start_timeout: float, environ: Mapping[str, str]) -> None:
         self.config = config
         self.client: Client | None = None
         self.ended = False
         self.error: str | None = None
         self.ready: asyncio.Future[list[mcp_types.Tool]] = asyncio.get_running_loop().create_future()
         self.ready.add_done_callback(_consume_exception)
+        self.process: tuple[int, str] | None = None  # a stdio server's (pid, start time), once started
+        self._environ = environ
         self._start_timeout = start_timeout
         self._stop = asyncio.Event()
         self._stopping = False
@@ -195,18 +274,17 @@ class _Connection:
         try:
             if self._stop.is_set():
                 return
-            params = StdioServerParameters(
-                command=self.config.command[0], args=self.config.command[1:], env=self.config.env
-            )
             with anyio.CancelScope(deadline=anyio.current_time() + self._start_timeout) as scope:
                 self._scope = scope
-                async with Client(
-                    stdio_client(params, errlog=self._stderr),
+                async with self._transport() as transport, Client(
+                    transport,
                     cache=None,
                     client_info=mcp_types.Implementation(name="pidesk", version=__version__),
                 ) as client:
                     tools = await _list_all_tools(client)
                     scope.deadline = math.inf  # started: from now on only stop() ends it
+                    if self.config.url is None:
+                        self.process = _child_writing_to(self._stderr)
                     self.client = client
                     self.ready.set_result(tools)
                     await self._stop.wait()
@@ -219,6 +297,24 @@ class _Connection:
             self.ended = True
             if not self.ready.done():
                 self.ready.set_exception(ConnectionError("stopped before it was ready"))
+
+    @asynccontextmanager
+    async def _transport(self) -> AsyncIterator[Any]:
+        """The server's transport, not yet entered: stdio (a child process) or Streamable HTTP."""
+        if self.config.url is None:
+            params = StdioServerParameters(
+                command=self.config.command[0], args=self.config.command[1:], env=self.config.env
+            )
+            yield stdio_client(params, errlog=self._stderr)
+            return
+        async with AsyncExitStack() as stack:
+            http = await stack.enter_async_context(
+                create_mcp_http_client(headers=_expand_headers(self.config, self._environ)))
+            yield streamable_http_client(self.config.url, http_client=http)
+
+    def alive(self) -> bool:
+        """False once the stdio server's process is known to be gone (True while unknown: HTTP, starting)."""
+        return self.process is None or _same_process_alive(*self.process)
 
     def _fail(self, exc: BaseException) -> None:
         self.error = _describe(exc)
@@ -274,6 +370,8 @@ class _Server:
     adopted: _Connection | None = None  # the connection whose tool list ``tools`` holds
     tools: dict[str, str] = field(default_factory=dict)  # namespaced name → the server's own name
     specs: dict[str, dict[str, Any]] = field(default_factory=dict)  # namespaced name → spec
+    risks: dict[str, tuple[PluginRisk, RiskSource]] = field(default_factory=dict)  # namespaced name → risk
+    skipped: list[dict[str, str]] = field(default_factory=list)  # the server's tools left out, and why
     error: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -281,48 +379,120 @@ class _Server:
 class McpTools:
     """The registry of configured MCP servers and the tools they offer."""
 
-    def __init__(self, configs: Sequence[McpServerConfig], *, start_timeout: float = DEFAULT_START_TIMEOUT) -> None:
+    def __init__(self, configs: Sequence[McpServerConfig], *, start_timeout: float = DEFAULT_START_TIMEOUT,
+                 environ: Mapping[str, str] | None = None, broken: Mapping[str, str] | None = None,
+                 lazy: bool = False) -> None:
+        """``environ``: what ``${NAME}`` in headers may name; ``broken``: server name → why its table
+        was refused; ``lazy``: the first turn starts the servers (``before_turn``)."""
         names = [c.name for c in configs]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise InvalidParams(f"MCP server names must be unique; repeated: {', '.join(duplicates)}")
         self._servers = {c.name: _Server(c) for c in configs}
+        self._broken = dict(broken or {})
+        self._environ = dict(environ or {})
         self._start_timeout = start_timeout
         self._retiring: set[_Connection] = set()
+        self._starting: set[asyncio.Task[Any]] = set()
+        self.lazy = lazy
+        self._started = False
+
+    @classmethod
+    def from_config(cls, tables: Any, *, source: str = "config", environ: Mapping[str, str] | None = None,
+                    lazy: bool = False) -> McpTools:
+        """A registry of the ``[plugins.mcp]`` tables as read from ``source`` (the config file). A table
+        that is not valid disables that server only: logged now, listed as failed with the fix."""
+        configs: list[McpServerConfig] = []
+        broken: dict[str, str] = {}
+        if not isinstance(tables, Mapping):
+            broken["[plugins.mcp]"] = (f"{source}: [plugins.mcp] must be a table of [plugins.mcp.<name>] "
+                                       "tables, e.g. [plugins.mcp.github] with command = [...]")
+        else:
+            for name, table in tables.items():
+                try:
+                    configs.append(_server_config(str(name), table, source))
+                except InvalidParams as exc:
+                    broken[str(name)] = exc.message
+        for name, why in broken.items():
+            log.warning("MCP server %s is disabled: %s", name, why)
+        return cls(configs, environ=environ, broken=broken, lazy=lazy)
 
     async def start(self) -> None:
-        """Spawn every enabled server not yet running, concurrently; failures are recorded, never raised."""
-        await asyncio.gather(*(
-            self._ensure(server) for server in self._servers.values()
-            if server.config.enabled and server.conn is None
-        ))
+        """Spawn every enabled server not yet running, concurrently, and wait for each to be ready or
+        failed; failures are recorded, never raised."""
+        self.start_background()
+        while self._starting:  # bounded: each start ends by its start timeout; none is added meanwhile
+            await asyncio.gather(*self._starting, return_exceptions=True)
+
+    def start_background(self) -> None:
+        """Spawn every enabled server not yet running or starting, and return at once."""
+        self._started = True
+        for server in self._servers.values():
+            if server.config.enabled and server.conn is None:
+                task = asyncio.create_task(self._ensure(server), name=f"start mcp server {server.config.name}")
+                self._starting.add(task)
+                task.add_done_callback(self._starting.discard)
+
+    async def before_turn(self) -> None:
+        """A lazy registry starts its servers with the first turn, and a turn waits (at most
+        ``TURN_WAIT`` s) for those still starting; otherwise nothing (a turn sees what is ready)."""
+        if not self.lazy:
+            return
+        if not self._started:
+            self.start_background()
+        if self._starting:
+            await asyncio.wait(set(self._starting), timeout=TURN_WAIT)
 
     def tools(self) -> list[PluginTool]:
         return [
-            PluginTool(name=name, server=server.config.name, risk=server.config.risk,
+            PluginTool(name=name, server=server.config.name, risk=server.risks[name][0],
                        spec=copy.deepcopy(server.specs[name]))
             for server in self._servers.values() if server.config.enabled
             for name in server.tools
         ]
 
     def risk_of(self, name: str) -> PluginRisk | None:
-        """The declared risk of an offered plugin tool; ``None`` when ``name`` is not one."""
+        """The risk of an offered plugin tool; ``None`` when ``name`` is not one."""
         server = self._owner(name)
-        return server.config.risk if server is not None else None
+        return server.risks[name][0] if server is not None else None
 
     def listing(self) -> list[dict[str, Any]]:
-        """``plugins.list`` entries: one per configured server, with ``error`` while it is not healthy."""
+        """``plugins.list`` entries: one per configured server with its ``state``, ``error`` while it is
+        not healthy, its tools with their risk and its source, and the tools ``skipped``."""
         entries = []
         for server in self._servers.values():
+            state, error = self._state(server)
             entry: dict[str, Any] = {
                 "name": server.config.name,
-                "tools": [{"name": name, "risk": server.config.risk.value} for name in server.tools],
+                "tools": [{"name": name, "risk": risk.value, "riskFrom": source}
+                          for name, (risk, source) in server.risks.items()],
                 "enabled": server.config.enabled,
+                "state": state,
+                "transport": "http" if server.config.url is not None else "stdio",
             }
-            if server.error is not None:
-                entry["error"] = server.error
+            if error is not None:
+                entry["error"] = error
+            if server.skipped:
+                entry["skipped"] = [dict(s) for s in server.skipped]
             entries.append(entry)
+        for name, why in self._broken.items():
+            entries.append({"name": name, "tools": [], "enabled": False, "state": "failed", "error": why})
         return entries
+
+    @staticmethod
+    def _state(server: _Server) -> tuple[State, str | None]:
+        if not server.config.enabled:
+            return "disabled", None
+        conn = server.conn
+        if conn is not None and not conn.ready.done():
+            return "starting", None
+        if conn is not None and not conn.ready.exception() and not conn.ended:
+            if conn.alive():
+                return "ready", None
+            return "failed", "exited while idle; restarts on the next call"
+        if server.error is not None:
+            return "failed", server.error
+        return "stopped", None
 
     async def call(
         self, name: str, args: dict[str, Any], *, stopped: Callable[[], bool] | None = None,
@@ -380,7 +550,12 @@ class McpTools:
         return _to_result(result)
 
     async def close(self) -> None:
-        """Stop every server process (bounded). ``start()`` may be called again afterwards."""
+        """Stop every server process, starting or started (bounded). ``start()`` may be called again afterwards."""
+        starting = set(self._starting)
+        for task in starting:
+            task.cancel()
+        if starting:
+            await asyncio.wait(starting, timeout=STOP_GRACE)
         conns = {s.conn for s in self._servers.values() if s.conn is not None} | self._retiring
         for server in self._servers.values():
             server.conn = None
@@ -396,12 +571,13 @@ class McpTools:
         """A live connection to ``server``, (re)starting it if it has none; ``None`` if it would not start."""
         async with server.lock:
             conn = server.conn
-            if conn is not None and conn.ended:  # died while idle: no call went out on it
+            if conn is not None and conn.ready.done() and (conn.ended or not conn.alive()):
+                # died while idle: no call went out on it, so the call that brought us here runs on a new one
                 tail = await self._retire(server, conn)
-                self._report(server, f"exited ({conn.error or 'no reason given'}); restarting", tail)
+                self._report(server, f"exited while idle ({conn.error or 'its process is gone'}); restarting", tail)
                 conn = None
             if conn is None:
-                conn = server.conn = _Connection(server.config, self._start_timeout)
+                conn = server.conn = _Connection(server.config, self._start_timeout, self._environ)
             try:
                 tools = await asyncio.shield(conn.ready)
             except Exception as exc:
@@ -417,13 +593,23 @@ class McpTools:
         server.adopted = conn
         server.tools.clear()
         server.specs.clear()
+        server.risks.clear()
+        server.skipped.clear()
         for tool in tools:
             name = namespaced(server.config.name, tool.name)
             if not _TOOL_NAME.match(name):
                 log.warning("MCP server %r: skipping tool %r: %r is not a tool name providers accept",
                             server.config.name, tool.name, name)
+                server.skipped.append({"name": tool.name, "reason": f"{name} is not a tool name providers accept"})
+                continue
+            if tool.execution is not None and tool.execution.task_support == "required":
+                server.skipped.append({"name": tool.name, "reason": (
+                    "it runs only as an MCP task (execution.taskSupport = \"required\"), which pidesk does not "
+                    "support; its other tools are offered")})
                 continue
             server.tools[name] = tool.name
+            server.risks[name] = ((server.config.risk, "config") if server.config.risk is not None
+                                  else risk_from_annotations(tool))
             server.specs[name] = {
                 "name": name,
                 "description": tool.description or tool.title or f"{tool.name} (MCP server {server.config.name})",
@@ -533,7 +719,7 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, FileNotFoundError) and exc.filename:
         return f"command not found: {exc.filename}"
     if isinstance(exc, MCPError) and exc.code == mcp_types.CONNECTION_CLOSED:
-        return "the server closed the connection (it exited, or does not speak MCP over stdio)"
+        return "the server closed the connection (it exited, or does not speak MCP)"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -555,3 +741,39 @@ def _private_log() -> TextIO:
 def _consume_exception(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()  # retrieved here, so a start failure nobody awaited is not logged as lost
+
+
+def _child_writing_to(log_file: TextIO) -> tuple[int, str] | None:
+    """The (pid, start time) of this process's child whose stderr is ``log_file`` — the stdio server
+    the SDK spawned — or ``None`` when /proc cannot say (then its death is found by a failed call)."""
+    with suppress(OSError, ValueError):
+        mine = os.fstat(log_file.fileno())
+        me = os.getpid()
+        children: list[str] = []
+        with suppress(OSError):
+            for thread in os.listdir(f"/proc/{me}/task"):
+                with open(f"/proc/{me}/task/{thread}/children") as f:
+                    children += f.read().split()
+        for pid in children:
+            with suppress(OSError):
+                fd2 = os.stat(f"/proc/{pid}/fd/2")
+                if (fd2.st_ino, fd2.st_dev) == (mine.st_ino, mine.st_dev):
+                    started = _stat_fields(int(pid))
+                    if started is not None:
+                        return int(pid), started[19]
+    return None
+
+
+def _same_process_alive(pid: int, started: str) -> bool:
+    """The process ``pid`` that started at ``started`` (clock ticks after boot) is still running."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X") and fields[19] == started
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name: state is [0], start time [19]."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None

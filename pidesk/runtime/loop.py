@@ -145,9 +145,12 @@ class _Turn:
 
     async def stream(self, provider: Provider, message_id: str) -> tuple[list[Block], Done]:
         ctx = self.ctx
+        # The history is read and decoded in a worker thread: a transcript holding a large message
+        # (a 10 MB Write) would otherwise hold the event loop for the whole read, join and decode.
+        history = await self.slot.wait_for(asyncio.to_thread(ctx.history))
         request = ModelRequest(
             session_id=ctx.session_id, turn_id=ctx.turn_id, system=ctx.system_prompt(),
-            messages=ctx.history(), tools=ctx.tool_specs(), agent=ctx.agent,
+            messages=history, tools=ctx.tool_specs(), agent=ctx.agent,
         )
         # The answer's blocks in the order they came: thinking and text as they streamed (a
         # thinking block ends the text before it), then the tool calls.

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +31,18 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from pidesk.core.events import event_payload
 from pidesk.host import Host
 from pidesk.host.bus import FellBehind
 from pidesk.ids import new_id
 from pidesk.server import rpc
 from pidesk.server.door import Door
-from pidesk.server.protocol import CLOSE_NOW, DoorLimits
+from pidesk.server.protocol import CLOSE_NOW, SEND_UTF8, DoorLimits
 
 log = logging.getLogger("pidesk.server")
 STATIC = Path(__file__).parent.parent / "ui" / "static"
 FELL_BEHIND = 1013  # "try again later": reconnect and re-read the state
 MAX_IN_FLIGHT = 64
+LARGE_FRAME = 1 << 20  # a frame this big is sent in fragments, the event loop free between them
 
 
 def create_app(host: Host, token: str, port: Callable[[], int], extra_hosts: tuple[str, ...] = (),
@@ -76,17 +76,26 @@ def create_app(host: Host, token: str, port: Callable[[], int], extra_hosts: tup
         requests: set[asyncio.Task[None]] = set()
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         close_now: Callable[[int, str], None] | None = websocket.scope.get("extensions", {}).get(CLOSE_NOW)
+        send_utf8: Callable[[bytes], Awaitable[None]] | None = websocket.scope.get("extensions", {}).get(SEND_UTF8)
 
         async def send(payload: Any) -> None:
+            await send_frame(rpc.encode(payload))
+
+        async def send_frame(frame: bytes) -> None:
             async with send_lock:
-                with contextlib.suppress(WebSocketDisconnect, RuntimeError):  # the client went away
-                    await websocket.send_text(rpc.encode(payload).decode())
+                with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):  # the client went away
+                    if send_utf8 is not None and len(frame) > LARGE_FRAME:
+                        await send_utf8(frame)  # in fragments, the event loop free between them
+                    else:
+                        await websocket.send_text(frame.decode())
 
         async def push_events() -> None:
             with contextlib.suppress(FellBehind):
                 while True:
-                    seq, event = await subscription.next()
-                    await send({"jsonrpc": "2.0", "method": "event", "params": event_payload(event, seq)})
+                    seq, encoded = await subscription.next_encoded()
+                    if len(encoded) > LARGE_FRAME:
+                        await asyncio.sleep(0)  # its encoding held the loop: others go before its framing
+                    await send_frame(rpc.event_frame(seq, encoded))
 
         def fell_behind() -> None:
             pusher.cancel()  # it may be waiting for the socket to drain, which a stalled reader never lets happen

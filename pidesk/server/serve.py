@@ -9,7 +9,8 @@ unless ``--token``/``--new-token`` replace it, and the port the last one unless 
 one, so a page left open reconnects to the next host by itself. What start-up allocated is frozen out of the
 garbage collector's way just before (and the vendor SDK once its background
 import is done), so a full collection walks only what the turns allocate. On SIGTERM/SIGINT: stop accepting, abort running turns (recorded),
-close the store, remove ``host.json``, release the lock, exit 0. On SIGUSR1: write
+close the store, remove ``host.json``, release the lock, exit 0. MCP tool servers start in the
+background once the host serves (``plugins.list`` shows each one's state); shutdown stops them in any state. On SIGUSR1: write
 the stack of every task (each turn's first) to stderr, to see what a stuck turn waits on.
 """
 
@@ -63,7 +64,6 @@ async def serve(config: HostConfig, provider: Provider, options: ServeOptions,
     try:
         host = Host.open(config, provider)
         try:
-            await host.start_plugins()
             await _listen(host, config, options, announce)
         finally:
             await host.close()
@@ -107,6 +107,7 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
             warming.add_done_callback(lambda done: None if done.cancelled() or host.parts.live.turns
                                       else _freeze_start_up())
         host.start_scheduler()
+        await host.start_plugins("background")  # MCP servers start while the host serves; close() stops them
         await server.main_loop()
         if warming is not None:
             warming.cancel()

@@ -50,7 +50,6 @@ def test_no_plugins_section_means_no_servers() -> None:
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ('command = ["x"]', r"\[plugins.mcp.srv\]: risk is required .* \"low\", \"medium\", \"high\""),
         ('command = ["x"]\nrisk = "extreme"', r"\[plugins.mcp.srv\]: risk must be one of .*got 'extreme'"),
         ('command = ["x"]\nrisk = 2', r"\[plugins.mcp.srv\]: risk must be one of .*got 2"),
         ('command = "uvx my-server"\nrisk = "low"', r"command must be a list of strings, e.g. command = \[\"uvx\", \"my-server\"\]"),
@@ -59,7 +58,12 @@ def test_no_plugins_section_means_no_servers() -> None:
         ('command = ["x", 1]\nrisk = "low"', r"command must be a non-empty list of non-empty strings"),
         ('command = ["x"]\nrisk = "low"\nenv = { N = 1 }', r"env must be a table of string values"),
         ('command = ["x"]\nrisk = "low"\nenabled = "yes"', r"enabled must be true or false"),
-        ('command = ["x"]\nrisk = "low"\nrisks = "high"', r"unknown key\(s\) risks"),
+        ('command = ["x"]\nrisk = "low"\nrisks = "high"', r"unknown key\(s\) risks: remove or correct them"),
+        ('command = ["x"]\nurl = "http://127.0.0.1:1/mcp"', r"command and url both given"),
+        ('url = "ftp://example.com/mcp"', r"url must be an http:// or https:// address"),
+        ('url = "http://127.0.0.1:1/mcp"\nenv = { A = "b" }', r"env is for stdio servers"),
+        ('command = ["x"]\nheaders = { A = "b" }', r"headers are for HTTP servers"),
+        ('url = "http://127.0.0.1:1/mcp"\nheaders = { A = 1 }', r"headers must be a table of string values"),
         ('command = ["x"]\nrisk = "low"\ntimeout = 0', r"timeout must be a positive number of seconds .*got 0"),
         ('command = ["x"]\nrisk = "low"\ntimeout = -5', r"timeout must be a positive number of seconds .*got -5"),
         ('command = ["x"]\nrisk = "low"\ntimeout = "2m"', r"timeout must be a positive number of seconds .*got '2m'"),
@@ -85,3 +89,18 @@ def test_plugins_mcp_must_hold_tables() -> None:
         load_mcp_config({"plugins": {"mcp": ["x"]}})
     with pytest.raises(InvalidParams, match=r"\[plugins.mcp.x\]: must be a table"):
         load_mcp_config({"plugins": {"mcp": {"x": "npx server"}}})
+
+
+def test_risk_may_be_left_to_the_tools_hints_and_a_server_may_be_reached_over_http() -> None:
+    """Issue 19 items 6 and 7: ``url`` (+ ``headers``) is a Streamable HTTP server, and ``risk`` is optional."""
+    [http] = load_mcp_config(tomllib.loads(
+        '[plugins.mcp.docs]\nurl = "http://127.0.0.1:8000/mcp"\nheaders = { Authorization = "Bearer ${TOKEN}" }\n'
+    ))
+    assert (http.url, http.headers, http.command, http.risk) == (
+        "http://127.0.0.1:8000/mcp", {"Authorization": "Bearer ${TOKEN}"}, [], None)
+    assert "TOKEN" not in repr(http)  # header values may be secrets
+
+
+def test_a_bad_table_names_the_config_file() -> None:
+    with pytest.raises(InvalidParams, match=r"^config file /x/config.toml \[plugins.mcp.srv\]: url must be"):
+        load_mcp_config(tomllib.loads('[plugins.mcp.srv]\nurl = 3\n'), "config file /x/config.toml")

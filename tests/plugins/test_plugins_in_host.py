@@ -47,7 +47,7 @@ async def test_plugin_tools_are_offered_and_run_in_agent_mode_by_risk(make_host,
     assert marker.read_text() == "marker\n"
     assert "mcp__demo__write_marker" in [spec["name"] for spec in provider.requests[0].tools]
     listed = (await host.call("plugins.list", {}))["plugins"]
-    assert listed[0]["name"] == "demo" and {"name": "mcp__demo__echo", "risk": risk} in listed[0]["tools"]
+    assert listed[0]["name"] == "demo" and {"name": "mcp__demo__echo", "risk": risk, "riskFrom": "config"} in listed[0]["tools"]
 
 
 @pytest.mark.parametrize("mode", ["plan", "goal"])

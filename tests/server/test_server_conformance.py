@@ -32,7 +32,8 @@ MESSAGE = {"id", "sessionId", "turnId", "seq", "role", "content", "createdAt"}
 APPROVAL = {"id", "kind", "sessionId", "turnId", "toolCallId", "title", "question", "artifactPath", "artifactSha256",
             "artifactSize", "status", "deadline", "permissionMode", "executionId", "executionState", "createdAt",
             "resolvedAt", "revises", "feedback"}  # + criteria?
-PERMISSION = {"id", "sessionId", "turnId", "toolCallId", "tool", "args", "status", "createdAt", "resolvedAt"}
+PERMISSION = {"id", "sessionId", "turnId", "toolCallId", "tool", "args", "status", "createdAt", "resolvedAt",
+              "preview"}  # PROTOCOL.md "Additions": {diff, overwrites} for Write and Edit, else null
 NOTIFICATION = {"id", "sessionId", "turnId", "kind", "createdAt", "seenAt"}
 QUEUE_ENTRY = {"id", "sessionId", "position", "text", "attachments", "createdAt"}
 TURN = {"id", "sessionId", "seq", "origin", "state", "reason", "errorCode", "startedAt", "endedAt", "usage"}
@@ -109,6 +110,10 @@ def is_approval(a: dict[str, Any], *, markdown: bool = False) -> dict[str, Any]:
 def is_permission(r: dict[str, Any]) -> dict[str, Any]:
     assert set(r) == PERMISSION, set(r) ^ PERMISSION
     assert r["status"] in ("pending", "allowed", "denied", "interrupted")
+    if r["tool"] in ("Write", "Edit"):
+        assert set(r["preview"]) == {"diff", "overwrites"} and isinstance(r["preview"]["overwrites"], bool), r
+    else:
+        assert r["preview"] is None, r
     times(r, "createdAt", "resolvedAt")
     return r
 
