@@ -7,7 +7,9 @@ The script is a JSON file::
         {"toolCalls": [{"name": "SubmitPlan", "args": {"title": "…", "markdown": "…", "question": "…"}}]},
         {"text": "Done.", "usage": {"inputTokens": 120, "outputTokens": 8}},
         {"error": "PROVIDER_ERROR"},
-        {"gate": "hold", "text": "…"}
+        {"gate": "hold", "text": "…"},
+        {"thinking": "First, the README.", "text": "It says hello."},
+        {"thinkingRedacted": true, "text": "Done."}
     ]}
 
 Each model call of a session takes that session's next response; every session
@@ -16,8 +18,10 @@ delegate (Task) has its own queue, keyed ``<session id>/<task id>``.
 Past the end the model answers "Done." and ends its turn, so loops always end.
 
 Fields of a response, applied in this order: ``gate`` (wait until a test calls
-``release(name)``; ``wait_reached(name)`` tells it the model got there), ``text``
-(streamed word by word), ``gateAfter`` (the same, after the text), ``toolCalls``
+``release(name)``; ``wait_reached(name)`` tells it the model got there), ``thinking``
+(a reasoning block, streamed word by word as ``ThinkingDelta`` then one ``Thought``),
+``thinkingRedacted`` (true: a redacted reasoning block, no text), ``text`` (streamed
+word by word), ``gateAfter`` (the same, after the text), ``toolCalls``
 (ids default to ``call_<n>``), ``usage``, ``error`` (end the stream with that code).
 """
 
@@ -30,7 +34,16 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from pidesk.providers.base import Done, ModelRequest, StreamEvent, TextDelta, ToolCall, UsageReport
+from pidesk.providers.base import (
+    Done,
+    ModelRequest,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    Thought,
+    ToolCall,
+    UsageReport,
+)
 
 _WORDS = re.compile(r"\S+\s*|\s+")
 
@@ -98,6 +111,12 @@ class ScriptedProvider:
     async def _play(self, response: dict[str, Any], sid: str) -> AsyncIterator[StreamEvent]:
         if "gate" in response:
             await self._hold(response["gate"])
+        if thinking := response.get("thinking"):
+            for word in _WORDS.findall(str(thinking)):
+                yield ThinkingDelta(word)
+            yield Thought(str(thinking))
+        if response.get("thinkingRedacted"):
+            yield Thought("", redacted=True)
         for word in _WORDS.findall(response.get("text", "")):
             yield TextDelta(word)
         if "gateAfter" in response:
