@@ -5,12 +5,23 @@ Agent → Plan → Goal while idle, Esc stops the running turn at its next bound
 (and does nothing while idle), Ctrl+C aborts it (and quits when nothing runs),
 Ctrl+D on an empty line quits.
 Commands: /agent /plan /goal (mode), /auto /ask /accept-edits (permission mode),
-/pending (show a waiting plan or permission request again), /help, /quit.
+/pending (show a waiting plan or permission request again), /diff (what the last
+turn that changed files changed, coloured like ``git diff``), /undo (revert that
+turn, after a y/n prompt), /help, /quit.
+
+At start the chat prints, dimmed, what the session's next model request includes
+(``session.context``: instruction files and skills, then one line per thing left
+out); a host without the method prints nothing. Thinking blocks of an assistant
+message are printed dimmed before its text (``(thinking redacted)`` for one the
+vendor encrypted).
 
 Decisions. A submitted plan is shown as Markdown with its path and hash; a
-permission request with its tool and arguments. Then a decision prompt:
-a approve (ask), e approve (accept-edits), u approve (auto), r reject (with
-optional feedback); y allow once, s allow for this session, n deny.
+permission request with its tool and arguments, and for Write and Edit the diff
+the call would make (and whether it overwrites an existing file). Then a
+decision prompt: a approve (ask), e approve (accept-edits), u approve (auto),
+r reject (with optional feedback); y allow once, s allow for this session,
+n deny. ``/undo`` lists the files the revert restores and asks y/n: y reverts,
+n, Esc or Ctrl+C keeps everything (and a turn starting meanwhile cancels it).
 
 Invariants of a decision prompt (the keys decide what an agent may do):
 
@@ -25,6 +36,10 @@ Invariants of a decision prompt (the keys decide what an agent may do):
 - Esc dismisses the prompt; the request stays pending in the host, the status
   line says so and ``/pending`` shows it again. Ctrl+C aborts the turn, as
   everywhere else.
+- The same holds for ``/undo``'s y/n prompt: a revert also takes back what was
+  changed by hand since, so only a key pressed after the prompt, then Enter,
+  reverts. The host stays the authority: a busy session is refused there
+  (``AGENT_BUSY``) and the refusal is shown as it comes.
 
 Screen. The last line is the live status/prompt line (mode · permission mode ·
 state › what you type); everything else is printed above it, never over it.
@@ -48,6 +63,7 @@ from typing import Any, Literal
 
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.text import Text
 
 from pidesk.core.errors import PideskError
 
@@ -57,12 +73,16 @@ ENTER = ("\r", "\n")
 BACKSPACE = ("\x7f", "\b")
 PLAN_CHOICES = {"a": "ask", "e": "accept-edits", "u": "auto", "r": "reject"}
 PERMISSION_CHOICES = {"y": "allow once", "s": "allow for this session", "n": "deny"}
+UNDO_CHOICES = {"y": "revert", "n": "keep everything"}
+DIFF_LINES = 400  # lines of one file's diff shown in the terminal; `pidesk diff` prints it whole
 HELP = """\
 Keys: Enter sends (queued while a turn runs) · Shift+Tab cycles agent → plan → goal while idle ·
       Esc stops the running turn at its next boundary · Ctrl+C aborts it, or quits when idle ·
       Ctrl+D on an empty line quits
 Commands: /agent /plan /goal — mode · /ask /accept-edits /auto — permission mode ·
-          /pending — show a waiting plan or permission request again · /help · /quit
+          /pending — show a waiting plan or permission request again ·
+          /diff — what the last turn that changed files changed ·
+          /undo — revert that turn (asks first; hand edits since then are reverted too) · /help · /quit
 Decisions: press the key, then Enter to confirm (auto asks once more) · Esc leaves it pending"""
 
 
@@ -70,7 +90,7 @@ Decisions: press the key, then Enter to confirm (auto asks once more) · Esc lea
 class Decision:
     """A decision prompt on screen: what it decides, and what has been selected so far."""
 
-    kind: Literal["plan", "permission"]
+    kind: Literal["plan", "permission", "undo"]
     item: dict[str, Any]
     epoch: int  # keys read before this epoch were typed before the prompt: never an answer
     choice: str | None = None
@@ -95,6 +115,7 @@ class Chat:
         self.permissions: dict[str, dict[str, Any]] = {}  # pending permission requests by id
         self.dismissed: set[str] = set()  # ids whose prompt Esc put away
         self.decision: Decision | None = None
+        self.undone: set[str] = set()  # turns this chat reverted (session.changes does not say a revert's turn)
 
     # ---- output --------------------------------------------------------------------
 
@@ -131,6 +152,32 @@ class Chat:
         self.console.print(Markdown(text))
         self.redraw()
 
+    def print_diff(self, diff: str) -> None:
+        """A unified diff coloured like ``git diff`` (the caller clears the status line and redraws it)."""
+        if diff == "binary":
+            self.console.print("  (binary file)", style="dim", markup=False, highlight=False)
+            return
+        lines = diff.splitlines()
+        for line in lines[:DIFF_LINES]:
+            self.console.print(Text(line, style=diff_style(line) or ""), soft_wrap=True)
+        if len(lines) > DIFF_LINES:
+            self.console.print(f"  … {len(lines) - DIFF_LINES} more lines (`pidesk diff` prints them all)",
+                               style="dim", markup=False, highlight=False)
+
+    async def show_context(self) -> None:
+        """Issue 16 §1: what the session's next model request includes, one dim line (+ one per warning).
+
+        Printed at start, before the status line is first drawn."""
+        try:
+            context = await self.link.call("session.context", {"sessionId": self.session["id"]})
+        except PideskError as exc:
+            if exc.code != "METHOD_NOT_FOUND":  # an older host has no such method: nothing to say
+                self.console.print(f"context: {exc.code}: {exc.message}", style="red", markup=False, highlight=False)
+            return
+        self.console.print(context_line(context), style="dim", markup=False, highlight=False)
+        for warning in context.get("warnings") or []:
+            self.console.print(f"  ⚠ {warning}", style="dim", markup=False, highlight=False)
+
     # ---- events ---------------------------------------------------------------------
 
     async def follow(self) -> None:
@@ -145,17 +192,17 @@ class Chat:
             self.redraw()
         elif kind == "turn.started":
             self.turn_id = event["turnId"]
+            if self.decision is not None and self.decision.kind == "undo":
+                self.decision = None  # the host refuses a revert while a turn runs
+                self.say("[undo cancelled: a turn started]", "dim")
+                self.next_decision()
             self.redraw()
         elif kind == "message.delta":
             self.streamed += event["text"]
             self.redraw()
         elif kind == "message.appended" and event["message"]["role"] == "assistant":
             self.streamed = ""
-            text = "".join(b["text"] for b in event["message"]["content"] if b.get("type") == "text").strip()
-            if text:
-                self.show_markdown(text)
-            else:
-                self.redraw()
+            self.show_message(event["message"]["content"])
         elif kind == "tool.started":
             self.say(f"▸ {event['name']} {json.dumps(event['args'])[:100]}", "dim")
         elif kind == "tool.finished":
@@ -185,6 +232,28 @@ class Chat:
         elif kind == "queue.changed":
             if event["entries"]:
                 self.say(f"[queued: {len(event['entries'])}]", "dim")
+
+    def show_message(self, content: list[dict[str, Any]]) -> None:
+        """An assistant message, in its blocks' order: thinking dimmed, text as Markdown."""
+        text: list[str] = []
+
+        def flush() -> None:
+            joined = "".join(text).strip()
+            text.clear()
+            if joined:
+                self.show_markdown(joined)
+
+        for block in content:
+            if block.get("type") == "text":
+                text.append(block["text"])
+            elif block.get("type") == "thinking":
+                flush()
+                if block.get("redacted"):
+                    self.say("(thinking redacted)", "dim")
+                elif str(block.get("text") or "").strip():
+                    self.say(str(block["text"]).strip(), "dim")
+        flush()
+        self.redraw()
 
     def turn_end(self, event: dict[str, Any]) -> None:
         if self.streamed.strip():  # a message cut short never gets appended: keep what was said
@@ -230,9 +299,15 @@ class Chat:
         self.console.file.write("\r\x1b[K")
         self.console.print(f"permission: {request['tool']} {json.dumps(request['args'])[:200]}", style="yellow",
                            markup=False, highlight=False)
+        preview = request.get("preview") or {}
+        if preview.get("diff"):  # Write and Edit: the change the call would make, as the file is now
+            self.print_diff(preview["diff"])
+        if preview.get("overwrites"):
+            self.console.print(f"  {request['tool']} overwrites an existing file", style="bold yellow",
+                               markup=False, highlight=False)
         self.open_decision("permission", request)
 
-    def open_decision(self, kind: Literal["plan", "permission"], item: dict[str, Any]) -> None:
+    def open_decision(self, kind: Literal["plan", "permission", "undo"], item: dict[str, Any]) -> None:
         """Drop every key typed so far, then draw the prompt (one step of the loop: no key is read between).
 
         Flushing before drawing, not after, so that a key pressed on seeing the prompt is never flushed.
@@ -287,6 +362,9 @@ class Chat:
                 self.say("nothing is waiting for a decision", "dim")
 
     async def on_decision_key(self, decision: Decision, key: str) -> None:
+        if key == ESC and decision.kind == "undo":
+            self.cancel_undo()
+            return
         if key == ESC:
             self.decision = None
             self.dismissed.add(decision.item["id"])
@@ -303,7 +381,7 @@ class Chat:
                 decision.text += key
             self.redraw()
             return
-        choices = PLAN_CHOICES if decision.kind == "plan" else PERMISSION_CHOICES
+        choices = {"plan": PLAN_CHOICES, "permission": PERMISSION_CHOICES, "undo": UNDO_CHOICES}[decision.kind]
         if decision.confirming_auto:
             choices = {"y": "yes"}
         if key in ENTER:
@@ -317,7 +395,14 @@ class Chat:
 
     async def confirm(self, decision: Decision) -> None:
         choice = decision.choice
-        if decision.kind == "permission":
+        if decision.kind == "undo":
+            if choice == "y":
+                self.decision = None
+                await self.revert(decision.item)
+                self.next_decision()
+            else:
+                self.cancel_undo()
+        elif decision.kind == "permission":
             self.decision = None
             await self.resolve_permission(decision.item, choice or "n")
             self.next_decision()
@@ -368,6 +453,8 @@ class Chat:
         if decision is not None and key != CTRL_C:
             if epoch >= decision.epoch:  # older keys were typed before the prompt was shown
                 await self.on_decision_key(decision, key)
+        elif key == CTRL_C and decision is not None and decision.kind == "undo":
+            self.cancel_undo()  # nothing runs: Ctrl+C at this prompt cancels it, it does not quit
         elif key == CTRL_C:
             if self.decision is not None:
                 self.dismissed.add(self.decision.item["id"])
@@ -412,6 +499,10 @@ class Chat:
                 self.say(f"[permission mode: {self.session['permissionMode']}]", "dim")
             elif text == "/pending":
                 await self.show_pending()
+            elif text == "/diff":
+                await self.show_last_changes()
+            elif text == "/undo":
+                await self.ask_undo()
             elif text == "/help":
                 self.say(HELP, "dim")
             elif text == "/quit":
@@ -426,6 +517,81 @@ class Chat:
         except PideskError as exc:
             self.say(f"{exc.code}: {exc.message}", "red")
         self.redraw()
+
+    # ---- /diff and /undo (issue 17) ------------------------------------------------
+
+    async def changed_turns(self) -> tuple[list[dict[str, Any]], str | None]:
+        """session.changes: every turn (and revert) of the session, oldest first, and the host's note."""
+        result = await self.link.call("session.changes", {"sessionId": self.session["id"]})
+        return list(result["turns"]), result.get("note")
+
+    async def show_last_changes(self) -> None:
+        """``/diff``: the newest turn (or revert) that changed files, each file's diff coloured."""
+        turns, note = await self.changed_turns()
+        last = next((t for t in reversed(turns) if t["files"]), None)
+        if last is None:
+            self.say("no turn of this session has changed a file" + (f" ({note})" if note else ""), "dim")
+            return
+        what = "the revert" if last.get("revert") else "turn"
+        newest = " (the last turn)" if last is turns[-1] else " (the last one that changed files)"
+        self.console.file.write("\r\x1b[K")
+        self.console.rule(f"{what} {last['turnId']}{newest}", style="dim")
+        for file in last["files"]:
+            self.console.print(Text.assemble((f"{file['status']} {file['path']} ", "bold"),
+                                             (f"+{file['additions']}", "green"), " ",
+                                             (f"-{file['deletions']}", "red")), soft_wrap=True)
+            self.print_diff(file["diff"])
+        if note:
+            self.console.print(note, style="dim", markup=False, highlight=False)
+        self.redraw()
+
+    async def ask_undo(self) -> None:
+        """``/undo``: find the last turn that changed files, list what reverting it restores, then ask."""
+        if self.turn_id is not None:
+            self.say("a turn is running: /undo once it has ended (Esc stops it, Ctrl+C aborts it)", "red")
+            return
+        turns, note = await self.changed_turns()
+        index = next((i for i in range(len(turns) - 1, -1, -1) if turns[i]["files"] and not turns[i].get("revert")
+                      and turns[i]["turnId"] not in self.undone), None)
+        if index is None:
+            self.say("no turn of this session has changed a file: nothing to undo" + (f" ({note})" if note else ""),
+                     "dim")
+            return
+        target, later = turns[index], turns[index + 1:]
+        paths = sorted({f["path"] for t in turns[index:] for f in t["files"]})
+        self.console.file.write("\r\x1b[K")
+        self.console.print(f"/undo reverts the workspace to its state before turn {target['turnId']}"
+                           + (f", undoing it and {len(later)} later change{'s' if len(later) != 1 else ''}"
+                              if later else "") + ". Files restored:", style="bold", markup=False, highlight=False)
+        for path in paths:
+            self.console.print(f"  {path}", markup=False, highlight=False)
+        self.console.print("Files changed by hand (or by another session in this project) since then are reverted "
+                           "too; files ignored by .gitignore and .pi/ are never touched.", style="yellow",
+                           markup=False, highlight=False)
+        self.open_decision("undo", {"id": f"undo:{target['turnId']}", "turnId": target["turnId"],
+                                    "later": [t["turnId"] for t in later]})
+
+    def cancel_undo(self) -> None:
+        self.decision = None
+        self.say("[undo cancelled: nothing reverted]", "dim")
+        self.next_decision()
+
+    async def revert(self, item: dict[str, Any]) -> None:
+        try:
+            result = await self.link.call("session.revert", {"sessionId": self.session["id"],
+                                                             "turnId": item["turnId"]})
+        except PideskError as exc:
+            if exc.code == "AGENT_BUSY":
+                self.say(f"[not undone: {exc.message}]", "red")
+            else:
+                self.say(f"{exc.code}: {exc.message}", "red")
+            return
+        self.undone.update([item["turnId"], *item["later"]])
+        files = result["files"]
+        self.say(f"[reverted {len(files)} file{'s' if len(files) != 1 else ''}"
+                 + (": " + ", ".join(files) if files else "") + "]", "bold")
+        self.say(f"/undo again undoes the turn before · pidesk revert {self.session['id']} --turn "
+                 f"{result['revertId']} takes this revert back", "dim")
 
     async def cycle_mode(self) -> None:
         if self.turn_id is not None:
@@ -443,6 +609,12 @@ def decision_line(decision: Decision) -> str:
     """The prompt of a decision; every line fits 80 columns."""
     if decision.feedback:
         return "reject · feedback for the agent (Enter sends, may be empty) › "
+    if decision.kind == "undo":
+        if decision.choice == "y":
+            return "revert these files? Enter confirms · another key changes › y"
+        if decision.choice == "n":
+            return "keep everything? Enter confirms · another key changes › n"
+        return "revert? [y] yes [n] no, + Enter · Esc cancels › "
     if decision.kind == "plan":
         if decision.confirming_auto:
             return f"auto lets every tool run unasked. Sure? [y] + Enter · other keys go back › {decision.choice or ''}"
@@ -455,6 +627,30 @@ def decision_line(decision: Decision) -> str:
     if decision.choice is not None:
         return f"{PERMISSION_CHOICES[decision.choice]}? Enter confirms · another key changes › {decision.choice}"
     return "allow? [y] once [s] for this session [n] deny, + Enter · Esc later › "
+
+
+def diff_style(line: str) -> str | None:
+    """``git diff``'s colours: file headers bold, hunk headers cyan, additions green, deletions red."""
+    if line.startswith(("diff ", "--- ", "+++ ", "index ", "new file", "deleted file")):
+        return "bold"
+    if line.startswith("@@"):
+        return "cyan"
+    if line.startswith("+"):
+        return "green"
+    if line.startswith("-"):
+        return "red"
+    return None
+
+
+def context_line(context: dict[str, Any]) -> str:
+    """``Context: ../AGENTS.md, AGENTS.md · skills: deploy`` — files in the order the request includes them."""
+    files = [f["path"] for f in context.get("files") or []]
+    names = [f"global {os.path.basename(p)}" if os.path.isabs(p) else p for p in files]
+    line = "Context: " + (", ".join(names) if names else "no AGENTS.md")
+    skills = [s["name"] for s in context.get("skills") or []]
+    if skills:
+        line += " · skills: " + ", ".join(skills)
+    return line
 
 
 def fit(head: str, typed: str, room: int) -> str:
@@ -560,8 +756,9 @@ async def run_chat(link: Any, project: str | None, session_id: str | None) -> No
         await link.call("session.focus", {"sessionId": session["id"]})
         chat = Chat(link, session, console)
         console.print(f"pidesk chat · session {session['id']} · {session['root']}", style="bold")
-        console.print("Enter sends · Shift+Tab mode · Esc stop · Ctrl+C abort/quit · /help /pending /quit",
-                      style="dim")
+        console.print("Enter sends · Shift+Tab mode · Esc stop · Ctrl+C abort/quit · /help /pending /diff /undo "
+                      "/quit", style="dim")
+        await chat.show_context()
         follower = asyncio.create_task(chat.follow())
         try:
             with raw_terminal() as fd:  # before the first prompt is drawn, so no key meets a cooked terminal
