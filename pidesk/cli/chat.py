@@ -45,7 +45,9 @@ Screen. The last line is the live status/prompt line (mode · permission mode ·
 state › what you type); everything else is printed above it, never over it.
 An assistant message is shown once, rendered as Markdown, when the host
 appends it; while it streams, its newest words are previewed on the status
-line, so nothing the agent writes is drawn and then erased.
+line, so nothing the agent writes is drawn and then erased. A turn that ends in
+an error shows ``[turn error: CODE]`` and, under it, the host's ``errorMessage``
+(the provider's status and message, the retries spent) when it gives one.
 """
 
 from __future__ import annotations
@@ -271,6 +273,8 @@ class Chat:
                 self.hide(request_id)
         code = f": {event['errorCode']}" if event.get("errorCode") else ""
         self.say(f"[turn {event['reason']}{code}]", "bold")
+        if event.get("errorMessage"):  # the cause in words: the provider's status and message, retries spent
+            self.say(f"  {event['errorMessage']}", "red")
 
     # ---- decision prompts -----------------------------------------------------------
 
