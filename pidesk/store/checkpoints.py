@@ -142,7 +142,7 @@ class ShadowRepo:
             return
         await asyncio.to_thread(private_dir, self.base)
         if not (self.git_dir / "HEAD").exists():
-            await self._git("init", "-q")
+            await self._git("init", "-q", "--template=")  # no sample hooks: nothing executable in the data dir
             for key, value in (("core.autocrlf", "false"), ("core.fsmonitor", "false"), ("gc.auto", "0"),
                                ("core.untrackedCache", "true"), ("core.quotePath", "false"),
                                ("core.symlinks", "true"), ("core.hooksPath", os.devnull)):

@@ -195,12 +195,13 @@ async def test_a_temporary_session_still_works_in_its_scratch_root_inside_the_da
 
 
 def loose_modes(data_dir: Path) -> list[str]:
-    """Every entry of the data dir that is not private: directories 0700, files 0600."""
+    """Every entry of the data dir that is not private: directories 0700, files 0600 — or tighter for
+    a file (git keeps its objects read-only, 0400) — and nothing executable."""
     found = []
     for path in [data_dir, *data_dir.rglob("*")]:
         mode = stat.S_IMODE(path.lstat().st_mode)
-        want = 0o700 if path.is_dir() else 0o600
-        if mode != want:
+        private = mode == 0o700 if path.is_dir() else mode in (0o600, 0o400)
+        if not private:
             found.append(f"{path.relative_to(data_dir.parent)}: {oct(mode)}")
     return found
 
