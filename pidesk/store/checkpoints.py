@@ -140,7 +140,7 @@ class ShadowRepo:
     async def _ensure(self) -> None:
         if self._ready:
             return
-        await asyncio.to_thread(private_dir, self.base)
+        await asyncio.to_thread(self._make_base)
         if not (self.git_dir / "HEAD").exists():
             await self._git("init", "-q", "--template=")  # no sample hooks: nothing executable in the data dir
             for key, value in (("core.autocrlf", "false"), ("core.fsmonitor", "false"), ("gc.auto", "0"),
@@ -345,8 +345,14 @@ class ShadowRepo:
 
     # ---- journal ------------------------------------------------------------------------
 
+    def _make_base(self) -> None:
+        """``checkpoints/`` (0700), its entry in the data dir made durable when it is new."""
+        if not self.base.is_dir():
+            private_dir(self.base)
+            fsync_dir(self.base.parent)
+
     def append(self, entry: dict[str, Any], *, durable: bool = False) -> None:
-        private_dir(self.base)
+        self._make_base()
         with open(self.journal, "a", opener=_private) as f:
             f.write(json.dumps(entry, separators=(",", ":")) + "\n")
             if durable:
