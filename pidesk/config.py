@@ -11,6 +11,9 @@ about (``HostConfig.config_dir``; pidesk.host.instructions), wherever the config
     approval_timeout = 1800           # seconds a submitted plan waits for a decision
     strict_planning = false           # true: Bash in Plan/Goal runs read-only (bubblewrap), even under auto
     http_transport = "pidesk"         # plain-http:// model servers: pidesk's lean transport; "httpx": the SDK's
+    max_retries = 10                  # retries of a failed model request (PIDESK_MAX_RETRIES, --max-retries)
+    retry_after_cap = 60              # the longest Retry-After wait honoured, s (PIDESK_RETRY_AFTER_CAP)
+    stream_idle_timeout = 120         # s without a byte that break a stream (PIDESK_STREAM_IDLE_TIMEOUT)
     data_dir = "~/pidesk-data"
 
     [providers.openai]                # OPENAI_API_KEY / OPENAI_BASE_URL override these
@@ -53,6 +56,7 @@ from typing import Any
 
 from pidesk.core.errors import Code, InvalidParams
 from pidesk.faults import Faults
+from pidesk.providers.retry import RetryPolicy
 from pidesk.runtime.gate import DEFAULT_SLOTS
 
 DEFAULT_APPROVAL_TIMEOUT = 1800.0
@@ -88,6 +92,8 @@ class HostConfig:
     config_dir: Path | None = None
     # the config file's [models."<provider>/<model>"] tables (thinking, effort, caching; pidesk.cli.models)
     models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    # how long a provider keeps trying: retries, Retry-After cap, stream idle time (providers/retry.py)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def model_settings(self, model: str | None = None) -> Mapping[str, Any]:
         """The config file's table for ``model`` (default: the configured model), or an empty one."""
@@ -102,6 +108,7 @@ class HostConfig:
         data_dir: Path | None = None,
         model: str | None = None,
         approval_timeout: float | None = None,
+        max_retries: int | None = None,
     ) -> HostConfig:
         env = os.environ if environ is None else environ
         path = Path(env["PIDESK_CONFIG"]) if env.get("PIDESK_CONFIG") else _default_config_file()
@@ -134,6 +141,7 @@ class HostConfig:
             models={k: v for k, v in file.get("models", {}).items() if isinstance(v, dict)},
             lean_http=(env.get("PIDESK_HTTP_TRANSPORT") or str(file.get("http_transport", "pidesk"))).lower() != "httpx"
             and not any(env.get(name) for name in _PROXY_VARIABLES),
+            retry=_retry_policy(env, file, max_retries),
             faults=Faults(
                 frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
                 env.get("PIDESK_FAULT_ACTION", "kill"),
@@ -144,6 +152,30 @@ class HostConfig:
 _SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 _PROVIDER_SETTINGS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
 _PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")  # what httpx would proxy http:// by
+
+
+def _retry_policy(env: Mapping[str, str], file: Mapping[str, Any], max_retries: int | None) -> RetryPolicy:
+    """``--max-retries`` > ``PIDESK_MAX_RETRIES`` > the file's ``max_retries`` > 10; likewise the
+    Retry-After cap and the stream idle time (without a flag). A bad value is refused, naming its source."""
+    def number(variable: str, key: str, default: float, kind: type, least: float) -> Any:
+        source, raw = (variable, env[variable]) if env.get(variable) else (f"{key} in the config file", file.get(key))
+        if raw is None:
+            return default
+        try:
+            value = kind(raw) if not isinstance(raw, bool) else None
+        except (TypeError, ValueError):
+            value = None
+        if value is None or not value >= least or value == float("inf"):
+            raise InvalidParams(f"{source} = {raw!r}: it takes a number of at least {least:g}", Code.INVALID_PARAMS)
+        return value
+
+    defaults = RetryPolicy()
+    return RetryPolicy(
+        max_retries=max_retries if max_retries is not None else
+        number("PIDESK_MAX_RETRIES", "max_retries", defaults.max_retries, int, 0),
+        retry_after_cap=number("PIDESK_RETRY_AFTER_CAP", "retry_after_cap", defaults.retry_after_cap, float, 0),
+        idle_timeout=number("PIDESK_STREAM_IDLE_TIMEOUT", "stream_idle_timeout", defaults.idle_timeout, float, 0.001),
+    )
 
 
 def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:

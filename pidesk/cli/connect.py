@@ -123,7 +123,7 @@ async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterato
     from pidesk.cli.models import make_provider
 
     provider = make_provider(model or config.model, config.secrets, lean_http=config.lean_http,
-                             settings=config.model_settings(model))
+                             settings=config.model_settings(model), retry=config.retry)
     _warm_up(provider)  # first: the host's own imports and opening then overlap it
 
     from pidesk.host import Host

@@ -42,6 +42,10 @@ def _leave(code: int) -> NoReturn:
     os._exit(code)
 
 
+_MAX_RETRIES_HELP = ("Retries of a failed model request (default 10, or PIDESK_MAX_RETRIES, or max_retries "
+                     "in the config file); 0: fail at the first error.")
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pidesk")
 def main() -> None:
@@ -58,8 +62,9 @@ def main() -> None:
               help="PROVIDER/MODEL, e.g. scripted/examples/notes.json (a running host must run this model).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print every event as one JSON line.")
+@click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
 def run(project: Path, prompt: str, mode: str, permission_mode: str, model: str | None,
-        data_dir: Path | None, as_json: bool) -> None:
+        data_dir: Path | None, as_json: bool, max_retries: int | None) -> None:
     """Run PROMPT unattended in PROJECT (through the running host, else an embedded one); exit non-zero
     with the error code on failure."""
     import asyncio
@@ -67,8 +72,9 @@ def run(project: Path, prompt: str, mode: str, permission_mode: str, model: str 
     from pidesk.cli.run import run_unattended
     from pidesk.config import HostConfig
 
-    config = HostConfig.from_environ(data_dir=data_dir, model=model)
-    _leave(asyncio.run(run_unattended(config, project.resolve(), prompt, mode, permission_mode, as_json, model)))
+    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries)
+    _leave(asyncio.run(run_unattended(config, project.resolve(), prompt, mode, permission_mode, as_json, model,
+                                      max_retries)))
 
 
 @main.command()
@@ -96,8 +102,10 @@ def status(data_dir: Path | None, as_json: bool) -> None:
 @click.option("--approval-timeout", type=float, default=None, help="Seconds a plan waits for a decision (1800).")
 @click.option("--allow-remote", is_flag=True, help="Allow listening on a non-loopback address.")
 @click.option("--no-open", is_flag=True, help="Do not open the browser.")
+@click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
 def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, token: str | None, new_token: bool,
-          model: str | None, approval_timeout: float | None, allow_remote: bool, no_open: bool) -> None:
+          model: str | None, approval_timeout: float | None, allow_remote: bool, no_open: bool,
+          max_retries: int | None) -> None:
     """Run the host: JSON-RPC on /rpc, the web UI on /, until SIGTERM or Ctrl+C."""
     import asyncio
 
@@ -106,7 +114,8 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
     from pidesk.server.serve import ServeOptions
     from pidesk.server.serve import serve as run_server
 
-    config = HostConfig.from_environ(data_dir=data_dir, model=model, approval_timeout=approval_timeout)
+    config = HostConfig.from_environ(data_dir=data_dir, model=model, approval_timeout=approval_timeout,
+                                     max_retries=max_retries)
     if bind not in ("127.0.0.1", "localhost", "::1") and allow_remote:
         click.echo(f"warning: listening on {bind}: anyone who can reach it and has the token controls "
                    "this machine's agents", err=True)
@@ -122,7 +131,7 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
             webbrowser.open(page)
 
     asyncio.run(run_server(config, make_provider(config.model, config.secrets, lean_http=config.lean_http,
-                                                 settings=config.model_settings()),
+                                                 settings=config.model_settings(), retry=config.retry),
                            ServeOptions(bind=bind, port=port, token=token, new_token=new_token,
                                         allow_remote=allow_remote), announce))
 

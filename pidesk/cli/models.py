@@ -21,6 +21,7 @@ from typing import Any
 
 from pidesk.core.errors import Code, InvalidParams
 from pidesk.providers.base import Provider
+from pidesk.providers.retry import RetryPolicy
 from pidesk.providers.scripted import ScriptedProvider, ScriptError
 
 KNOWN = "demo, scripted[/<script.json>], openai/<model>, openai-responses/<model>, anthropic/<model>"
@@ -29,7 +30,17 @@ _REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
 def make_provider(model: str, secrets: Mapping[str, str] | None = None, *, lean_http: bool = True,
-                  settings: Mapping[str, Any] | None = None) -> Provider:
+                  settings: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None) -> Provider:
+    """``retry``: the host's retry budget, Retry-After cap and stream idle time (``HostConfig.retry``)."""
+    provider = _make_provider(model, secrets, lean_http=lean_http, settings=settings)
+    configure = getattr(provider, "configure", None)  # the vendor providers (providers/sdk.py)
+    if retry is not None and callable(configure):
+        configure(retry)
+    return provider
+
+
+def _make_provider(model: str, secrets: Mapping[str, str] | None = None, *, lean_http: bool = True,
+                   settings: Mapping[str, Any] | None = None) -> Provider:
     """``lean_http``: a plain-http:// base URL may use pidesk's own transport (``HostConfig.lean_http``)."""
     name, _, rest = model.partition("/")
     secrets = secrets or {}

@@ -21,8 +21,9 @@ from pidesk.core.errors import Code, Conflict, InvalidParams, PideskError
 
 
 async def run_unattended(config: HostConfig, project: Path, prompt: str, mode: str, permission_mode: str,
-                         as_json: bool, model: str | None = None) -> int:
-    """``model``: the ``--model`` given, if any (``config.model`` also holds PIDESK_MODEL and the config file's)."""
+                         as_json: bool, model: str | None = None, max_retries: int | None = None) -> int:
+    """``model``: the ``--model`` given, if any (``config.model`` also holds PIDESK_MODEL and the config file's);
+    ``max_retries``: the ``--max-retries`` given (a running host keeps its own budget: said on stderr)."""
     if not prompt.strip():  # argv cannot hold a NUL nor a megabyte: this is the host's only other refusal
         raise InvalidParams("the prompt is empty: say what to do, e.g. pidesk run . \"add a README\"")
     if mode != "agent":
@@ -31,6 +32,9 @@ async def run_unattended(config: HostConfig, project: Path, prompt: str, mode: s
     remote = running_host(config.data_dir)
     if remote is not None:
         await insist_on_model(remote, model, config.data_dir)
+        if max_retries is not None:
+            click.echo(f"pidesk: --max-retries {max_retries} does not apply: the running host at {remote.url} "
+                       "retries as it was started (pidesk serve --max-retries N)", err=True)
         return await _run(RemoteLink(remote.url, remote.token), project, prompt, permission_mode, as_json)
     async with embedded(config) as host:
         return await _run(EmbeddedLink(host, "run"), project, prompt, permission_mode, as_json)
@@ -59,7 +63,8 @@ async def _run(link: Any, project: Path, prompt: str, permission_mode: str, as_j
             if event["type"] == "turn.ended" and event["turnId"] == started["turnId"]:
                 if event["reason"] == "completed":
                     return 0
-                click.echo(f"pidesk: turn {event['reason']}: {event.get('errorCode')}", err=True)
+                click.echo(f"pidesk: turn {event['reason']}: {event.get('errorCode')}"
+                           + (f": {event['errorMessage']}" if event.get("errorMessage") else ""), err=True)
                 return 1
     return 1
 

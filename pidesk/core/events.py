@@ -107,6 +107,9 @@ class TurnEnded(Event, tag="turn.ended", frozen=True):
     turn_id: str
     reason: str
     error_code: str | None = None
+    # the human-readable cause of an ``error`` outcome (the provider's status and message, the
+    # connection failure, the retries spent), secrets redacted (PROTOCOL.md "Additions")
+    error_message: str | None = None
 
 
 class NotificationCreated(Event, tag="notification.created", frozen=True):

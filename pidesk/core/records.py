@@ -148,6 +148,7 @@ class Turn(Record):
     started_at: str
     ended_at: str | None
     usage: Usage
+    error_message: str | None = None  # why an ``error`` turn failed, for a person (PROTOCOL.md "Additions")
 
 
 class PlanApproval(Record):

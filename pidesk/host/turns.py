@@ -202,10 +202,11 @@ class Turns:
         live.decided = True
         reason = TurnReason.COMPLETED if isinstance(end, Completed) else TurnReason.ERROR
         code = end.code if isinstance(end, Failed) else None
+        message = (end.message or None) if isinstance(end, Failed) else None  # Turn.errorMessage
         notification: Notification | None = None
         execution = None
         with self.p.store.db.tx() as db:
-            if repo.end_turn_row(db, live.turn_id, reason, code):
+            if repo.end_turn_row(db, live.turn_id, reason, code, message):
                 repo.end_activity(db, live.session_id, live.turn_id)
                 if live.approval_id is not None:
                     execution = ExecutionState.COMPLETED if reason is TurnReason.COMPLETED else ExecutionState.FAILED
@@ -215,7 +216,8 @@ class Turns:
                     notification = repo.insert_notification(db, live.session_id, live.turn_id, kind)
         self.p.store.faults.hit("turn.after_end")
         self._release(live)
-        self.p.bus.publish(TurnEnded(session_id=live.session_id, turn_id=live.turn_id, reason=reason.value, error_code=code))
+        self.p.bus.publish(TurnEnded(session_id=live.session_id, turn_id=live.turn_id, reason=reason.value, error_code=code,
+                                     error_message=message))
         if notification is not None:
             self.p.bus.publish(NotificationCreated(notification=notification))
         if live.approval_id is not None and execution is not None:

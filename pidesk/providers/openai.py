@@ -92,6 +92,7 @@ class _Chunk(msgspec.Struct):
 class OpenAIProvider(SdkProvider):
     vendor = "openai"
     path = "/chat/completions"
+    ends_with_done = True  # a stream without data: [DONE] broke off, finish_reason or not
     decoder = msgspec.json.Decoder(_Chunk)
 
     def __init__(self, model: str, *, api_key: str, base_url: str | None, lean_http: bool = True,

@@ -21,14 +21,20 @@ Invariants a reader must not break:
   escapes an attempt is a ``PROVIDER_ERROR``.
 * A budget is one ``stream()`` call: it starts full for each model response.
 
-Delays: a 429 waits what ``retry-after-ms`` / ``retry-after`` ask (capped at
-``MAX_RETRY_AFTER`` s), else the backoff 1, 2, 4, 8, 8, … s that transient
-failures (5xx, 408, 409, dropped connections, broken streams) use.
+Delays: a 429, 503 or 529 waits what ``retry-after-ms`` / ``retry-after`` ask, up to
+``RetryPolicy.retry_after_cap`` (60 s unless configured), else the backoff 1, 2, 4, 8, 8, … s
+that transient failures (5xx, 408, 409, dropped connections, broken streams) use.
+
+What a person reads: a ``Done("error")``'s ``detail`` becomes the turn's ``errorMessage``. It
+names the provider's HTTP status and message, or the address that could not be reached, or how
+the stream broke, and the retries spent; the API key and any bearer token are blanked out, and
+it is cut at ``MAX_DETAIL`` characters (an error page can be megabytes).
 """
 
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import aclosing
@@ -38,10 +44,13 @@ from typing import Final, Literal
 from pidesk.core.errors import Code
 from pidesk.providers.base import Done, StreamEvent, UsageReport
 
-MAX_RETRY_AFTER: Final = 30.0
+DEFAULT_RETRY_AFTER_CAP: Final = 60.0  # the longest wait a Retry-After header gets (HostConfig, retry_after_cap)
+DEFAULT_IDLE_TIMEOUT: Final = 120.0  # seconds without a byte that make a stream broken (stream_idle_timeout)
 MAX_BACKOFF: Final = 8.0
 DEFAULT_MAX_RETRIES: Final = 10
+MAX_DETAIL: Final = 1000  # characters of an error's detail kept for errorMessage
 _MIN_SECRET: Final = 8
+_BEARER: Final = re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+")
 
 Sleep = Callable[[float], Awaitable[object]]
 
@@ -56,11 +65,12 @@ _CODES: Final[dict[FailureKind, Code]] = {
 }
 _RETRYABLE: Final = frozenset({"rate_limited", "transient", "broken"})
 _TRANSIENT_STATUSES: Final = frozenset({408, 409})  # as both SDKs retry them; plus every 5xx
+_RETRY_AFTER_STATUSES: Final = frozenset({429, 503, 529})  # the statuses whose Retry-After is honoured
 
 
 @dataclass(frozen=True)
 class Failure:
-    """Why an attempt did not complete; ``retry_after`` is the server's wish, capped."""
+    """Why an attempt did not complete; ``retry_after`` is the server's wish (the policy caps it)."""
 
     kind: FailureKind
     detail: str
@@ -81,8 +91,8 @@ def backoff(retries_taken: int) -> float:
 
 
 def retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time) -> float | None:
-    """The wait a 429 asks for: ``retry-after-ms``, else ``retry-after`` (seconds or an
-    HTTP date), capped at ``MAX_RETRY_AFTER``; ``None`` when absent or unreadable."""
+    """The wait an answer asks for: ``retry-after-ms``, else ``retry-after`` (seconds or an
+    HTTP date); ``None`` when absent or unreadable. Uncapped: ``RetryPolicy`` caps it."""
     lowered = {k.lower(): v for k, v in headers.items()}
     seconds: float | None = None
     if (ms := lowered.get("retry-after-ms")) is not None:
@@ -97,7 +107,7 @@ def retry_after(headers: Mapping[str, str], now: Callable[[], float] = time.time
                 seconds = None
     if seconds is None or seconds < 0:
         return None
-    return min(seconds, MAX_RETRY_AFTER)
+    return seconds
 
 
 def _number(text: str) -> float | None:
@@ -110,12 +120,13 @@ def _number(text: str) -> float | None:
 
 def classify_status(status: int, headers: Mapping[str, str], detail: str) -> Failure:
     """An HTTP error answer as a ``Failure``; ``detail`` should already name the provider."""
+    wait = retry_after(headers) if status in _RETRY_AFTER_STATUSES else None
     if status == 429:
-        return Failure("rate_limited", detail, retry_after(headers))
+        return Failure("rate_limited", detail, wait)
     if status in (401, 403):
         return Failure("unauthorized", f"{detail} — check the API key and its permissions")
     if status >= 500 or status in _TRANSIENT_STATUSES:
-        return Failure("transient", detail)
+        return Failure("transient", detail, wait)
     return Failure("fatal", detail)
 
 
@@ -138,7 +149,9 @@ class SdkErrors:
     (``APIConnectionError``, timeouts included) and their base ``api``
     (``APIError``, also raised for an error event inside a stream).
     ``transport`` are the errors of the HTTP layer below that an SDK may let
-    through mid-stream (the anthropic SDK does not wrap them).
+    through mid-stream (the anthropic SDK does not wrap them); ``idle`` the read
+    timeout among them (no byte for the idle time: a broken stream, before the
+    answer's head or during its body). ``url`` is the base URL requests go to.
     """
 
     vendor: str
@@ -146,6 +159,9 @@ class SdkErrors:
     connection: type[Exception]
     api: type[Exception]
     transport: tuple[type[BaseException], ...]
+    idle: tuple[type[BaseException], ...] = ()
+    url: str = ""
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
 
     def request_failure(self, exc: Exception) -> Failure:
         """A failure before the response started streaming."""
@@ -153,14 +169,21 @@ class SdkErrors:
             status = int(getattr(exc, "status_code", 0) or 0)
             headers = getattr(getattr(exc, "response", None), "headers", None) or {}
             return classify_status(status, headers, f"{self.vendor} answered HTTP {status}: {_message(exc)}")
+        if self._idle(exc):
+            return self._idle_failure("before its answer began")
         if isinstance(exc, (self.connection, *self.transport, OSError)):
-            return Failure("transient", f"could not reach {self.vendor}: {_message(exc)}")
+            where = f"{self.vendor} at {self.url}" if self.url else self.vendor
+            return Failure("transient", f"could not reach {where}: {_message(exc)}")
         return self.stream_failure(exc)
 
     def stream_failure(self, exc: Exception) -> Failure:
         """A failure while the response was streaming."""
         if isinstance(exc, self.status) and int(getattr(exc, "status_code", 0) or 0) >= 400:
             return self.request_failure(exc)
+        if self._idle(exc):
+            return self._idle_failure("in the middle of its answer")
+        if isinstance(exc, CorruptEvent):
+            return Failure("broken", f"the {self.vendor} stream sent an unreadable event: {exc}")
         if isinstance(exc, (self.connection, *self.transport, OSError)):
             return Failure("broken", f"the {self.vendor} stream broke off: {_message(exc)}")
         if isinstance(exc, self.api):
@@ -168,6 +191,18 @@ class SdkErrors:
             status = _status_of_error_body(getattr(exc, "body", None))
             return classify_status(status, {}, detail) if status else Failure("fatal", detail)
         return Failure("fatal", f"unexpected {type(exc).__name__} reading the {self.vendor} stream: {exc}")
+
+    def _idle(self, exc: BaseException) -> bool:
+        """A read timeout: raised as is mid-body, wrapped by the SDK (its ``APITimeoutError``) before."""
+        return bool(self.idle) and (isinstance(exc, self.idle) or isinstance(exc.__cause__, self.idle))
+
+    def _idle_failure(self, when: str) -> Failure:
+        return Failure("broken", f"the {self.vendor} server sent nothing for {self.idle_timeout:g} s {when} "
+                                 "(stream_idle_timeout)")
+
+
+class CorruptEvent(Exception):
+    """An event in the stream that is not the JSON its vendor sends (``sse.Events`` raises it)."""
 
 
 def _message(exc: BaseException) -> str:
@@ -194,14 +229,19 @@ def _status_of_error_body(body: object) -> int:
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """How long a provider keeps trying (``HostConfig.retry``: ``--max-retries``,
+    ``PIDESK_MAX_RETRIES``, ``PIDESK_RETRY_AFTER_CAP``, ``PIDESK_STREAM_IDLE_TIMEOUT``)."""
+
     max_retries: int = DEFAULT_MAX_RETRIES
+    retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP  # a longer Retry-After waits this long
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT  # no byte for this long: the stream broke
 
     def delay(self, failure: Failure, retries_taken: int) -> float | None:
         """Seconds to wait before the next retry, or ``None``: give up with ``failure``."""
         if not failure.retryable or retries_taken >= self.max_retries:
             return None
-        if failure.kind == "rate_limited" and failure.retry_after is not None:
-            return failure.retry_after
+        if failure.retry_after is not None:
+            return min(failure.retry_after, self.retry_after_cap)
         return backoff(retries_taken)
 
 
@@ -213,18 +253,29 @@ async def stream_with_retries(
 ) -> AsyncGenerator[StreamEvent, None]:
     """Run ``attempt`` until one completes or the policy gives up; always ends with one ``Done``.
 
-    ``secret`` (the API key) is blanked out of every error detail, as some
-    servers echo a rejected key (a key too short to be real is left alone, or
-    it would blank out parts of words).
+    ``secret`` (the API key) and any bearer token are blanked out of every error
+    detail, as some servers echo a rejected key (a key too short to be real is
+    left alone, or it would blank out parts of words).
     """
-    async with aclosing(_drive(attempt, policy, sleep)) as events:
+    async with aclosing(_drive(attempt, policy, sleep, secret)) as events:
         async for event in events:
-            if isinstance(event, Done) and len(secret) >= _MIN_SECRET and secret in event.detail:
-                event = Done(event.stop_reason, event.error_code, event.detail.replace(secret, "[redacted]"))
+            if isinstance(event, Done) and event.detail:
+                event = Done(event.stop_reason, event.error_code, redact(event.detail, secret))
             yield event
 
 
-async def _drive(attempt: Attempt, policy: RetryPolicy, sleep: Sleep) -> AsyncGenerator[StreamEvent, None]:
+def redact(detail: str, secret: str = "") -> str:
+    """``detail`` fit for a person to read and a log to keep: no key, no bearer token, bounded."""
+    if len(secret) >= _MIN_SECRET:
+        detail = detail.replace(secret, "[redacted]")
+    return _BEARER.sub(r"\1 [redacted]", detail)
+
+
+def _cut(detail: str) -> str:
+    return detail if len(detail) <= MAX_DETAIL else detail[:MAX_DETAIL - 1] + "…"
+
+
+async def _drive(attempt: Attempt, policy: RetryPolicy, sleep: Sleep, secret: str) -> AsyncGenerator[StreamEvent, None]:
     retries_taken = 0
     while True:
         yielded = False
@@ -243,13 +294,15 @@ async def _drive(attempt: Attempt, policy: RetryPolicy, sleep: Sleep) -> AsyncGe
             failure = Failure("fatal", f"unexpected {type(exc).__name__} in the provider: {exc}")
         if failure is None:
             failure = Failure("broken", "the response ended without a stop reason")
+        detail = _cut(redact(failure.detail, secret))  # redacted before it is cut: no half key survives
         if yielded and failure.retryable:
-            yield Done("error", Code.STREAM_FAILED, f"{failure.detail} (after part of the answer was streamed)")
+            yield Done("error", Code.STREAM_FAILED, f"{detail} (after part of the answer was streamed)")
             return
         delay = policy.delay(failure, retries_taken)
         if delay is None:
-            spent = f" (gave up after {retries_taken} retries)" if failure.retryable else ""
-            yield Done("error", failure.code, failure.detail + spent)
+            spent = (f" (gave up after {retries_taken} retries)" if failure.retryable
+                     else f" (after {retries_taken} retries)" if retries_taken else "")
+            yield Done("error", failure.code, detail + spent)
             return
         retries_taken += 1
         await sleep(delay)

@@ -18,6 +18,7 @@ from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, RetryPolicy, Sd
 from pidesk.providers.sse import Events
 
 log = logging.getLogger(__name__)
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection (the SDKs' own default)
 _encode = msgspec.json.Encoder().encode
 
 
@@ -29,6 +30,7 @@ class SdkProvider(ABC):
     vendor = ""
     path = ""  # the streaming endpoint, under the client's base URL
     decoder: msgspec.json.Decoder[Any]
+    ends_with_done = False  # the format ends a complete stream with ``data: [DONE]`` (Chat Completions)
 
     def __init__(self, model: str, *, api_key: str, base_url: str | None, lean_http: bool = True,
                  max_retries: int = DEFAULT_MAX_RETRIES, sleep: Sleep = asyncio.sleep) -> None:
@@ -42,6 +44,11 @@ class SdkProvider(ABC):
         self._client: Any = None
         self._errors: SdkErrors | None = None
         self._connecting = threading.Lock()  # a warm-up thread and the first request may race
+
+    def configure(self, policy: RetryPolicy) -> None:
+        """Take the host's retry budget, Retry-After cap and stream idle time (``HostConfig.retry``),
+        before the first request: the idle time is the client's read timeout."""
+        self._policy = policy
 
     def __repr__(self) -> str:  # never the key
         return f"{type(self).__name__}({self.model!r}, base_url={self._base_url!r})"
@@ -87,10 +94,13 @@ class SdkProvider(ABC):
                 options: dict[str, Any] = {}
                 if self.lean_transport:
                     options["http_client"] = sdk.DefaultAsyncHttpxClient(transport=PlainHttpTransport())
-                self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0, **options)
+                idle = self._policy.idle_timeout  # no byte for this long, before the head or in the body: broken
+                self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0,
+                                            timeout=httpx2.Timeout(idle, connect=min(idle, CONNECT_TIMEOUT)), **options)
                 self._errors = SdkErrors(
                     self.vendor, sdk.APIStatusError, sdk.APIConnectionError, sdk.APIError,
                     (httpx2.HTTPError, anyio.EndOfStream, anyio.BrokenResourceError),
+                    idle=(httpx2.ReadTimeout,), url=str(self._client.base_url).rstrip("/"), idle_timeout=idle,
                 )
             return self._client, self._errors
 
@@ -156,6 +166,9 @@ class SdkProvider(ABC):
             return
         if not reply.complete:
             yield Failure("broken", f"the {self.vendor} stream ended before the response was finished")
+            return
+        if self.ends_with_done and not stream.done:
+            yield Failure("broken", f"the {self.vendor} stream ended without data: [DONE] (the answer may be cut short)")
             return
         for event in reply.finish():
             yield event

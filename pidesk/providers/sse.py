@@ -9,10 +9,13 @@ line decoder ~0.1 ms a response (docs/benchmarks-server.md).
 * Lines may end in LF, CRLF or CR, and chunks may split them anywhere.
 * ``event:``, ``id:`` and ``retry:`` fields and comments are skipped: every
   vendor event names its own type in its data.
-* ``data: [DONE]`` (OpenAI) ends the stream, as ``skip_rest()`` does once a
+* ``data: [DONE]`` (OpenAI) ends the stream (``done`` says it came: a Chat
+  Completions stream whose body ends without it broke off), as ``skip_rest()`` does once a
   provider has read what it needs (Anthropic's ``message_stop``); the rest of
   the body is read, so the connection goes back to the pool (over TLS, a new
   connection is a new handshake).
+* An event whose data is not the JSON its vendor sends raises ``CorruptEvent``:
+  the stream is broken (retried like a cut while nothing of it was shown).
 * An event whose data has a non-null ``error`` raises the SDK's ``APIError``
   with that error as its body, as the SDKs' own streams do; ``retry`` then
   classifies it by its type or code like the HTTP status it stands for.
@@ -25,6 +28,8 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from pidesk.providers.retry import CorruptEvent
+
 T = TypeVar("T")
 
 
@@ -36,6 +41,7 @@ class Events(Generic[T]):
         self._body = lines(response.aiter_bytes())
         self._decoder = decoder
         self._api_error = api_error
+        self.done = False  # ``data: [DONE]`` arrived
 
     async def skip_rest(self) -> None:
         """The provider has read all it needs (between events): read the body's end, so the
@@ -58,9 +64,13 @@ class Events(Generic[T]):
                 continue
             payload, data = b"\n".join(data), []  # a blank line ends the event
             if payload.startswith(b"[DONE]"):
+                self.done = True
                 await _drain(self._body)
                 return
-            event = self._decoder.decode(payload)
+            try:
+                event = self._decoder.decode(payload)
+            except msgspec.DecodeError as exc:  # ValidationError included
+                raise CorruptEvent(f"{exc} in {payload[:80]!r}") from None
             error = getattr(event, "error", None)
             if error:
                 message = error.get("message") if isinstance(error, dict) else None

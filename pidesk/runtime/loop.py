@@ -43,6 +43,7 @@ class Completed:
 @dataclass(frozen=True)
 class Failed:
     code: str
+    message: str = ""  # for a person: the provider's words, the retries spent (Turn.errorMessage)
 
 
 TurnEnd = Completed | Failed
@@ -128,7 +129,7 @@ class _Turn:
             if done.stop_reason in ("error", "aborted"):
                 if blocks:
                     await self.append("assistant", blocks, message_id)
-                return Failed(done.error_code or Code.PROVIDER_ERROR)
+                return Failed(done.error_code or Code.PROVIDER_ERROR, done.detail)
             await self.append("assistant", blocks or [TextBlock(text="")], message_id)
             calls = [b for b in blocks if isinstance(b, ToolCallBlock)]
             if not calls:
@@ -141,7 +142,7 @@ class _Turn:
             end = await self.run_batch(calls)
             if end is not None:
                 return end
-        return Failed(Code.INTERNAL)
+        return Failed(Code.INTERNAL, f"the turn made {MAX_MODEL_CALLS} model calls without finishing")
 
     async def stream(self, provider: Provider, message_id: str) -> tuple[list[Block], Done]:
         ctx = self.ctx

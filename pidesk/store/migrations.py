@@ -261,3 +261,11 @@ def m008_cache_read_write_usage(db: sqlite3.Connection) -> None:
     for table in ("turns", "sessions"):
         for column in ("cache_read_tokens", "cache_write_tokens"):
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+
+
+@migration
+def m009_turn_error_message(db: sqlite3.Connection) -> None:
+    """Why an ``error`` turn failed, for a person: the provider's status and message, the
+    connection failure, the retries spent (PROTOCOL.md "Additions": Turn.errorMessage).
+    Turns that ended before it have none."""
+    db.execute("ALTER TABLE turns ADD COLUMN error_message TEXT")

@@ -34,7 +34,7 @@ LATEST = len(ALL_MIGRATIONS)
 MIGRATIONS = {"m002_plan_approvals": (1, V1_TABLES), "m003_queue_notifications_audit": (2, V2_TABLES),
               "m004_turn_queue_entry": (3, V3_TABLES), "m005_session_usage": (4, V3_TABLES),
               "m006_schedules": (5, V3_TABLES), "m007_indexes_for_growing_tables": (6, V6_TABLES),
-              "m008_cache_read_write_usage": (7, V6_TABLES)}
+              "m008_cache_read_write_usage": (7, V6_TABLES), "m009_turn_error_message": (8, V6_TABLES)}
 
 
 def _schema(data_dir: Path) -> tuple[int, set[str]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -56,7 +56,19 @@ class Sse:
     hold: bool = False
 
 
-Answer = Reply | Sse
+@dataclass(frozen=True)
+class Silence:
+    """A fault: the request is read and never answered, not one byte, until the client goes away."""
+
+
+@dataclass(frozen=True)
+class Echo:
+    """A fault: an error answer built from the request (e.g. one that echoes its Authorization header)."""
+
+    build: Callable[[Received], Reply]
+
+
+Answer = Reply | Sse | Silence | Echo
 
 
 class MockVendor:
@@ -114,6 +126,10 @@ class MockVendor:
         answer = self._answers.popleft() if self._answers else Reply(
             400, {"error": {"type": "invalid_request_error", "message": "mock: no answer scripted"}}
         )
+        if isinstance(answer, Echo):
+            answer = answer.build(self.requests[-1])
+        if isinstance(answer, Silence):
+            return await self._silence(reader)
         if isinstance(answer, Reply):
             await self._reply(writer, answer)
             return True
@@ -148,6 +164,15 @@ class MockVendor:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True
+
+
+    async def _silence(self, reader: asyncio.StreamReader) -> bool:
+        self.holding.set()
+        with suppress(ConnectionError):
+            while await reader.read(4096):
+                pass
+        self.client_gone.set()
+        return False
 
 
 def _status_line(status: int) -> bytes:

@@ -219,7 +219,7 @@ async def test_parallel_tool_calls_interleaved_by_index(vendor: MockVendor, slee
 @pytest.mark.parametrize(("header", "value", "waited"), [
     ("retry-after", "3", 3.0),
     ("retry-after-ms", "1500", 1.5),
-    ("retry-after", "120", 30.0),  # capped
+    ("retry-after", "120", 60.0),  # capped at the default retry_after_cap
 ])
 async def test_429_waits_what_retry_after_asks_then_retries(
     vendor: MockVendor, sleep: RecordedSleep, header: str, value: str, waited: float

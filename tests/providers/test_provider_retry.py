@@ -58,7 +58,7 @@ def test_backoff_doubles_from_one_second_up_to_eight() -> None:
     ({"Retry-After": "2.5"}, 2.5),
     ({"retry-after-ms": "100", "retry-after": "9"}, 0.1),
     ({"retry-after-ms": "junk", "retry-after": "9"}, 9.0),
-    ({"retry-after": "600"}, 30.0),
+    ({"retry-after": "600"}, 600.0),  # uncapped here: RetryPolicy caps it
     ({"retry-after": formatdate(1_000_010, usegmt=True)}, 10.0),
     ({"retry-after": "soon"}, None),
     ({"retry-after": "-1"}, None),
@@ -87,7 +87,7 @@ def test_status_classification(status: int, kind: str, code: str) -> None:
     failure = classify_status(status, {"retry-after": "4"}, f"x answered HTTP {status}")
     assert (failure.kind, failure.code) == (kind, code)
     assert failure.retryable == (kind in ("rate_limited", "transient"))
-    assert failure.retry_after == (4.0 if status == 429 else None)
+    assert failure.retry_after == (4.0 if status in (429, 503, 529) else None)
 
 
 def test_policy_delays() -> None:

@@ -36,7 +36,8 @@ PERMISSION = {"id", "sessionId", "turnId", "toolCallId", "tool", "args", "status
               "preview"}  # PROTOCOL.md "Additions": {diff, overwrites} for Write and Edit, else null
 NOTIFICATION = {"id", "sessionId", "turnId", "kind", "createdAt", "seenAt"}
 QUEUE_ENTRY = {"id", "sessionId", "position", "text", "attachments", "createdAt"}
-TURN = {"id", "sessionId", "seq", "origin", "state", "reason", "errorCode", "startedAt", "endedAt", "usage"}
+TURN = {"id", "sessionId", "seq", "origin", "state", "reason", "errorCode", "startedAt", "endedAt", "usage",
+        "errorMessage"}
 USAGE = {"inputTokens", "outputTokens", "cacheTokens", "cacheReadTokens", "cacheWriteTokens"}
 BLOCKS = {"text": ({"type", "text"}, set()),
           "toolCall": ({"type", "id", "name", "args"}, set()),
@@ -60,7 +61,7 @@ EVENTS = {
     "plan.resolved": ({"approval"}, set()),
     "execution.changed": ({"approvalId", "sessionId", "executionId", "executionState"}, set()),
     "queue.changed": ({"sessionId", "entries"}, set()),
-    "turn.ended": ({"sessionId", "turnId", "reason"}, {"errorCode"}),
+    "turn.ended": ({"sessionId", "turnId", "reason"}, {"errorCode", "errorMessage"}),
     "notification.created": ({"notification"}, set()),
     "session.deleted": ({"sessionId"}, set()),  # docs/protocol-notes.md; not in PROTOCOL.md's table
     "session.truncated": ({"sessionId", "fromSeq"}, set()),  # docs/protocol-notes.md, likewise

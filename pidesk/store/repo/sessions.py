@@ -206,7 +206,7 @@ def count_messages(db: sqlite3.Connection, session_id: str) -> int:
 
 _TURN_COLS = (
     "id, session_id, seq, origin, state, reason, error_code, started_at, ended_at,"
-    " input_tokens, output_tokens, cache_tokens, cache_read_tokens, cache_write_tokens"
+    " input_tokens, output_tokens, cache_tokens, cache_read_tokens, cache_write_tokens, error_message"
 )
 
 
@@ -216,6 +216,7 @@ def _turn(row: Row) -> Turn:
         reason=TurnReason(row[5]) if row[5] else None, error_code=row[6], started_at=row[7],
         ended_at=row[8], usage=Usage(input_tokens=row[9], output_tokens=row[10], cache_tokens=row[11],
                                      cache_read_tokens=row[12], cache_write_tokens=row[13]),
+        error_message=row[14],
     )
 
 
@@ -251,13 +252,14 @@ def list_turns(db: sqlite3.Connection, session_id: str, limit: int) -> list[Turn
     return [_turn(r) for r in reversed(rows)]
 
 
-def end_turn_row(db: sqlite3.Connection, turn_id: str, reason: TurnReason, error_code: str | None) -> bool:
+def end_turn_row(db: sqlite3.Connection, turn_id: str, reason: TurnReason, error_code: str | None,
+                 error_message: str | None = None) -> bool:
     """Move a running turn to ended; False (and no change) if it already ended."""
     advance(TurnState.RUNNING, TurnState.ENDED)
     cur = db.execute(
-        "UPDATE turns SET state = 'ended', reason = ?, error_code = ?, ended_at = ?"
+        "UPDATE turns SET state = 'ended', reason = ?, error_code = ?, error_message = ?, ended_at = ?"
         " WHERE id = ? AND state = 'running'",
-        (reason.value, error_code, now_iso(), turn_id),
+        (reason.value, error_code, error_message, now_iso(), turn_id),
     )
     return cur.rowcount == 1
 

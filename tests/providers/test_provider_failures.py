@@ -1,0 +1,240 @@
+"""Failures a person can act on (issue 16 §4): each failure mode through the real provider code
+against a fault-injecting mock, asserting the text a person reads (``Done.detail``, which becomes
+the turn's ``errorMessage``) and the retries spent. Delays go through ``RecordedSleep`` (no real
+backoff); the idle time is set small, so a stalled stream costs a fraction of a second."""
+
+from __future__ import annotations
+
+import pytest
+
+from pidesk.core.records import TextBlock
+from pidesk.providers.anthropic import AnthropicProvider
+from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall
+from pidesk.providers.openai import OpenAIProvider
+from pidesk.providers.retry import RetryPolicy
+from pidesk.providers.sdk import SdkProvider
+from tests.providers.mock_vendors import (
+    OPENAI_DONE,
+    Echo,
+    MockVendor,
+    Received,
+    RecordedSleep,
+    Reply,
+    Silence,
+    Sse,
+    anthropic_error,
+    anthropic_start,
+    anthropic_text,
+    closed_port_url,
+    collect,
+    message,
+    openai_call_delta,
+    openai_chunk,
+    openai_error,
+    openai_text,
+    openai_usage,
+    request,
+)
+
+KEY = "sk-test-secret-0123456789abcdef"
+IDLE = 0.3  # seconds: the stream idle time in these tests
+
+
+def openai(url: str, sleep: RecordedSleep, max_retries: int = 10, cap: float = 60.0) -> OpenAIProvider:
+    p = OpenAIProvider("gpt-test", api_key=KEY, base_url=f"{url}/v1", sleep=sleep)
+    p.configure(RetryPolicy(max_retries, retry_after_cap=cap, idle_timeout=IDLE))
+    return p
+
+
+def anthropic(url: str, sleep: RecordedSleep, max_retries: int = 10, cap: float = 60.0) -> AnthropicProvider:
+    p = AnthropicProvider("claude-test", api_key=KEY, base_url=url, max_tokens=1024, sleep=sleep)
+    p.configure(RetryPolicy(max_retries, retry_after_cap=cap, idle_timeout=IDLE))
+    return p
+
+
+async def ask(provider: SdkProvider) -> list[StreamEvent]:
+    try:
+        return await collect(provider.stream(request(message("user", TextBlock(text="hi")))))
+    finally:
+        await provider.aclose()
+
+
+def call_answer(done: bool = True) -> Sse:
+    """A tool call and nothing else: no text reaches the consumer before the response is complete."""
+    frames = [openai_chunk(role="assistant", content=None),
+              openai_chunk(tool_calls=[openai_call_delta(0, id="call_1", name="Read", arguments='{"path": "a"}')]),
+              openai_chunk(finish_reason="tool_calls"), openai_usage(10, 2)]
+    return Sse(frames + ([OPENAI_DONE] if done else []))
+
+
+@pytest.mark.asyncio
+async def test_a_key_the_server_echoes_never_reaches_the_error_message(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    """Issue 16 §4: errorMessage is the provider's status and message, secrets redacted — a server
+    that echoes the Authorization header in its 401 body must not put the key in front of a person."""
+    vendor.script(Echo(lambda r: openai_error(401, f"Incorrect API key; you sent '{r.headers['authorization']}'")))
+    [done] = await ask(openai(vendor.url, sleep))
+    assert isinstance(done, Done) and done.error_code == "PROVIDER_UNAUTHORIZED"
+    assert done.detail == ("openai answered HTTP 401: Incorrect API key; you sent 'Bearer [redacted]' — check the "
+                           "API key and its permissions")
+    assert KEY not in done.detail and KEY[-12:] not in done.detail and sleep.delays == []
+
+
+@pytest.mark.asyncio
+async def test_an_anthropic_key_echoed_in_the_body_is_blanked_out(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    """Issue 16 §4: the key an Anthropic-compatible relay echoes is blanked out as well."""
+    def echo(r: Received) -> Reply:
+        sent = r.headers.get("x-api-key") or r.headers["authorization"].removeprefix("Bearer ")
+        return anthropic_error(403, "permission_error", f"key {sent} may not")
+
+    vendor.script(Echo(echo))
+    [done] = await ask(anthropic(vendor.url, sleep))
+    assert isinstance(done, Done) and done.error_code == "PROVIDER_UNAUTHORIZED"
+    assert "anthropic answered HTTP 403: key [redacted] may not" in done.detail and KEY not in done.detail
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("vendor_name", "status", "headers", "cap", "waited"), [
+    ("openai", 503, {"retry-after": "2"}, 60.0, 2.0),
+    ("anthropic", 529, {"retry-after-ms": "1500"}, 60.0, 1.5),
+    ("anthropic", 503, {"retry-after": "3"}, 60.0, 3.0),
+    ("openai", 429, {"retry-after": "600"}, 5.0, 5.0),  # capped by retry_after_cap
+    ("openai", 503, {"retry-after": "600"}, 5.0, 5.0),
+])
+async def test_retry_after_is_honoured_on_429_503_529_up_to_the_cap(
+    vendor: MockVendor, sleep: RecordedSleep, vendor_name: str, status: int, headers: dict[str, str], cap: float,
+    waited: float,
+) -> None:
+    """Issue 16 §4: 503 and 529 ignored Retry-After (waiting 1 s into an overloaded server) and 429
+    was cut at 30 s; each now waits what the server asks, up to the configurable cap."""
+    if vendor_name == "openai":
+        vendor.script(Reply(status, openai_error(status, "busy").body, headers), Sse(openai_text("ok")))
+        provider: SdkProvider = openai(vendor.url, sleep, cap=cap)
+    else:
+        vendor.script(anthropic_error(status, "overloaded_error", "Overloaded", headers), Sse(anthropic_text("ok")))
+        provider = anthropic(vendor.url, sleep, cap=cap)
+    events = await ask(provider)
+    assert isinstance(events[-1], Done) and events[-1].stop_reason == "end"
+    assert sleep.delays == [waited] and len(vendor.requests) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_server_that_never_answers_is_a_broken_stream_retried_then_given_up(
+    vendor: MockVendor, sleep: RecordedSleep
+) -> None:
+    """Issue 16 §4: a server that accepts the request and then sends nothing used to hold the turn
+    for the SDK's 10 minutes; after the idle time it is STREAM_FAILED, retried, and the message
+    says so and how many retries were spent."""
+    vendor.script(Silence(), Silence())
+    [done] = await ask(openai(vendor.url, sleep, max_retries=1))
+    assert isinstance(done, Done) and done.error_code == "STREAM_FAILED"
+    assert done.detail == (f"the openai server sent nothing for {IDLE:g} s before its answer began "
+                           "(stream_idle_timeout) (gave up after 1 retries)")
+    assert sleep.delays == [1.0] and len(vendor.requests) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_stream_that_stalls_mid_body_is_broken_and_replayed_while_nothing_was_shown(
+    vendor: MockVendor, sleep: RecordedSleep
+) -> None:
+    """Issue 16 §4: a stream that stops sending mid-body (no byte for the idle time) is broken; with
+    nothing of it shown, the request is replayed and the second answer is the turn's."""
+    vendor.script(Sse([openai_chunk(role="assistant", content="")], hold=True), call_answer())
+    events = await ask(openai(vendor.url, sleep))
+    assert events[0] == ToolCall("call_1", "Read", {"path": "a"}) and events[-1] == Done("tool_calls")
+    assert sleep.delays == [1.0] and len(vendor.requests) == 2
+
+
+@pytest.mark.asyncio
+async def test_an_anthropic_stream_that_stalls_after_text_fails_with_what_happened(
+    vendor: MockVendor, sleep: RecordedSleep
+) -> None:
+    """Issue 16 §4: a stall after text was shown cannot be replayed (it would repeat the text): it
+    is STREAM_FAILED at once, and the message says the stream went quiet."""
+    vendor.script(Sse(anthropic_text("Hel", "lo")[:3], hold=True))
+    events = await ask(anthropic(vendor.url, sleep))
+    assert events[0] == TextDelta("Hel")
+    done = events[-1]
+    assert isinstance(done, Done) and done.error_code == "STREAM_FAILED"
+    assert done.detail == (f"the anthropic server sent nothing for {IDLE:g} s in the middle of its answer "
+                           "(stream_idle_timeout) (after part of the answer was streamed)")
+    assert sleep.delays == [] and len(vendor.requests) == 1
+
+
+@pytest.mark.asyncio
+async def test_an_openai_stream_without_done_is_broken(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    """Issue 16 §4: an OpenAI stream that ends without ``data: [DONE]`` may have lost its end (a
+    proxy closing a finished-looking body): it is broken — replayed while nothing was shown."""
+    vendor.script(call_answer(done=False), call_answer(done=False), call_answer(done=True))
+    events = await ask(openai(vendor.url, sleep))
+    assert events[-1] == Done("tool_calls") and sleep.delays == [1.0, 2.0]
+
+
+@pytest.mark.asyncio
+async def test_an_openai_text_stream_without_done_fails_naming_the_missing_done(
+    vendor: MockVendor, sleep: RecordedSleep
+) -> None:
+    """Issue 16 §4: with its text already shown, a stream without [DONE] fails as STREAM_FAILED and
+    says which end was missing."""
+    vendor.script(Sse(openai_text("Hi")[:-1]))
+    events = await ask(openai(vendor.url, sleep))
+    assert events[:-1] == [TextDelta("Hi")]
+    assert events[-1] == Done("error", "STREAM_FAILED", "the openai stream ended without data: [DONE] (the answer "
+                              "may be cut short) (after part of the answer was streamed)")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("vendor_name", ["openai", "anthropic"])
+async def test_a_corrupt_chunk_before_any_output_is_retried_like_a_cut(
+    vendor: MockVendor, sleep: RecordedSleep, vendor_name: str
+) -> None:
+    """Issue 16 §4: an event that is not JSON used to fail the turn at once as an 'unexpected
+    DecodeError'; before any output it is a broken stream, and the request is replayed."""
+    corrupt = b'data: {"choices": [{"delta": {"content": "Hi\n\n'
+    if vendor_name == "openai":
+        vendor.script(Sse([openai_chunk(role="assistant", content=""), corrupt]), Sse(openai_text("Hello")))
+        provider: SdkProvider = openai(vendor.url, sleep)
+    else:
+        vendor.script(Sse([anthropic_start(), corrupt]), Sse(anthropic_text("Hello")))
+        provider = anthropic(vendor.url, sleep)
+    events = await ask(provider)
+    assert events[0] == TextDelta("Hello") and isinstance(events[-1], Done) and events[-1].stop_reason == "end"
+    assert sleep.delays == [1.0] and len(vendor.requests) == 2
+
+
+@pytest.mark.asyncio
+async def test_corrupt_chunks_every_time_give_up_saying_the_event_was_unreadable(
+    vendor: MockVendor, sleep: RecordedSleep
+) -> None:
+    """Issue 16 §4: the corrupt event is named (its start) and the retries spent are counted."""
+    corrupt = Sse([openai_chunk(role="assistant", content=""), b"data: <html>Bad gateway</html>\n\n"])
+    vendor.script(corrupt, corrupt, corrupt)
+    [done] = await ask(openai(vendor.url, sleep, max_retries=2))
+    assert isinstance(done, Done) and done.error_code == "STREAM_FAILED"
+    assert done.detail.startswith("the openai stream sent an unreadable event: ")
+    assert "<html>Bad gateway</html>" in done.detail and done.detail.endswith("(gave up after 2 retries)")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("vendor_name", ["openai", "anthropic"])
+async def test_a_refused_connection_says_which_address_could_not_be_reached(
+    transport: str, sleep: RecordedSleep, vendor_name: str
+) -> None:
+    """Issue 16 §4: a refused connection fails, after the budget, with "could not reach <url>"."""
+    url = await closed_port_url()
+    provider = openai(url, sleep, max_retries=2) if vendor_name == "openai" else anthropic(url, sleep, max_retries=2)
+    [done] = await ask(provider)
+    assert isinstance(done, Done) and done.error_code == "PROVIDER_ERROR"
+    where = f"{url}/v1" if vendor_name == "openai" else url
+    assert done.detail.startswith(f"could not reach {vendor_name} at {where}: ")
+    assert done.detail.endswith("(gave up after 2 retries)") and sleep.delays == [1.0, 2.0]
+
+
+@pytest.mark.asyncio
+async def test_a_huge_error_body_is_cut_but_keeps_the_retries_spent(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    """Issue 16 §4: an error page of megabytes does not become a megabyte errorMessage; the part
+    a person needs (status, start of the message, retries spent) stays."""
+    vendor.script(*[openai_error(502, "x" * 200_000)] * 2)
+    [done] = await ask(openai(vendor.url, sleep, max_retries=1))
+    assert isinstance(done, Done) and done.detail.startswith("openai answered HTTP 502: xxx")
+    assert len(done.detail) < 1100 and done.detail.endswith("… (gave up after 1 retries)")
+
