@@ -293,7 +293,8 @@ function applyOne(view, ev) {
       break;
     case 'turn.ended': {
       const t = view.turns.get(ev.turnId) || { id: ev.turnId };
-      view.turns.set(ev.turnId, { ...t, state: 'ended', reason: ev.reason, errorCode: ev.errorCode || null });
+      view.turns.set(ev.turnId, { ...t, state: 'ended', reason: ev.reason, errorCode: ev.errorCode || null,
+        errorMessage: ev.errorMessage || null });
       transcript.turnEnded(ev);
       break;
     }

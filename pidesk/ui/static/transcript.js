@@ -186,7 +186,7 @@ export class Transcript {
         this._refreshRow(id);
       }
     }
-    this._note(ev.turnId, ev.reason, ev.errorCode);
+    this._note(ev.turnId, ev.reason, ev.errorCode, ev.errorMessage);
   }
 
   // Text is streaming or a tool is running: the transcript itself shows the agent at work.
@@ -399,7 +399,7 @@ export class Transcript {
 
   _notesFromTurns() {
     for (const t of this.view.turns.values()) {
-      if (t.state === 'ended' && t.reason !== 'completed') this._note(t.id, t.reason, t.errorCode);
+      if (t.state === 'ended' && t.reason !== 'completed') this._note(t.id, t.reason, t.errorCode, t.errorMessage);
       if (t.state === 'ended') this._usageNote(t);
     }
   }
@@ -419,14 +419,16 @@ export class Transcript {
     this._insert(el, seq + 0.4);
   }
 
-  _note(turnId, reason, code) {
+  // message: the turn's errorMessage (the provider's words, the retries spent), shown under the code
+  _note(turnId, reason, code, message) {
     if (reason === 'completed' || !turnId) return;
     if (this.list.querySelector(`.turn-note[data-turn="${CSS.escape(turnId)}"]`)) return;
     const seq = this.turnLast.get(turnId);
     if (seq === undefined) return;
     const label = reason === 'aborted' ? 'Turn aborted' : 'Turn failed';
     const el = h('div', { class: `turn-note note-${reason}`, dataset: { turn: turnId, seq: String(seq + 0.5) }, role: 'note' },
-      h('strong', null, label), code && h('code', null, code), code && explain(code) && h('span', null, explain(code)));
+      h('strong', null, label), code && h('code', null, code), code && explain(code) && h('span', null, explain(code)),
+      message && h('div', { class: 'turn-note-message' }, message));
     this._insert(el, seq + 0.5);
   }
 
