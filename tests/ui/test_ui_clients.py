@@ -313,7 +313,11 @@ async def test_a_write_shows_its_file_content_as_text_not_json(ui):
     await ui.send("write the notes")
     card = page.locator(".perm-card")
     await expect(card.locator(".perm-path")).to_have_text("NOTES.md")
-    assert await card.locator(".perm-args").text_content() == content
+    # the host's preview (issue 17): the new file as added lines, each line as it will read
+    shown = await card.locator(".perm-diff").inner_text()
+    for line in content.splitlines():
+        assert f"+{line}" in shown.splitlines() or f"+ {line}" in shown.splitlines(), (line, shown)
+    assert "\\n" not in shown and "overwrites" not in await card.inner_text()
     await card.get_by_role("button", name="Allow once").click()
 
     row = page.locator('.tool[data-name="Write"]')
