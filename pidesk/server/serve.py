@@ -33,6 +33,7 @@ import uvicorn
 from pidesk import PROTOCOL_VERSION
 from pidesk.config import HostConfig
 from pidesk.core.errors import StartupRefused
+from pidesk.core.events import TurnEnded
 from pidesk.host import Host
 from pidesk.providers.base import Provider
 from pidesk.server.app import create_app
@@ -107,10 +108,12 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
             warming.add_done_callback(lambda done: None if done.cancelled() or host.parts.live.turns
                                       else _freeze_start_up())
         host.start_scheduler()
+        failures = asyncio.create_task(_log_failed_turns(host, sys.stderr), name="serve: failed turns")
         await host.start_plugins("background")  # MCP servers start while the host serves; close() stops them
         await server.main_loop()
         if warming is not None:
             warming.cancel()
+        failures.cancel()
     finally:
         host_json.unlink(missing_ok=True)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
@@ -118,6 +121,21 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
         if server.started:
             await server.shutdown(sockets=[sock])
         sock.close()
+
+
+async def _log_failed_turns(host: Host, out: TextIO) -> None:
+    """serve's log (stderr): a line for each turn that ends in error, with its errorMessage (the
+    provider's words and the retries spent; keys already blanked out by the provider layer)."""
+    sub = host.subscribe()
+    try:
+        async for _seq, event in sub:
+            if isinstance(event, TurnEnded) and event.reason == "error":
+                words = f": {event.error_message}" if event.error_message else ""
+                out.write(f"pidesk: turn {event.turn_id} in session {event.session_id} failed: "
+                          f"{event.error_code}{words}\n")
+                out.flush()
+    finally:
+        sub.close()
 
 
 def _bind(address: str, port: int | None, *, fallback: bool) -> ListeningSocket:

@@ -108,3 +108,41 @@ async def test_pidesk_run_prints_the_error_message_and_spends_the_max_retries_it
         vendor.script(overloaded)
         code, err = await _pidesk_run(project, data_dir, vendor.url, env={"PIDESK_MAX_RETRIES": "0"})
         assert code == 1 and len(vendor.requests) == 4 and "(gave up after 0 retries)" in err
+
+
+class _Sink:
+    """A stand-in for stderr that tells a waiting test when a line arrives."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.wrote = asyncio.Event()
+
+    def write(self, text: str) -> int:
+        self.text += text
+        self.wrote.set()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.asyncio
+async def test_serves_log_names_each_failed_turn_with_its_error_message(host, provider, project: Path) -> None:
+    """Issue 16 §4: serve's log said nothing of a failed turn; it now gets a line with the code and
+    the provider's words (a completed turn writes nothing)."""
+    from pidesk.server.serve import _log_failed_turns
+
+    sink = _Sink()
+    task = asyncio.create_task(_log_failed_turns(host, sink))  # type: ignore[arg-type]
+    try:
+        s = await session(host, project)
+        sub = host.subscribe()
+        provider.enqueue(s["id"], {"text": "fine"}, {"error": "PROVIDER_ERROR",
+                                                     "detail": "could not reach openai at http://127.0.0.1:9/v1"})
+        await ended(sub, (await prompt(host, s["id"]))["turnId"])
+        failed = (await prompt(host, s["id"]))["turnId"]
+        await asyncio.wait_for(sink.wrote.wait(), 10)
+        assert sink.text == (f"pidesk: turn {failed} in session {s['id']} failed: PROVIDER_ERROR: "
+                             "could not reach openai at http://127.0.0.1:9/v1\n")
+    finally:
+        task.cancel()
