@@ -221,8 +221,9 @@ def doctor(data_dir: Path | None, as_json: bool) -> None:
 @click.option("--url", default=None)
 @click.option("--token", default=None)
 @click.option("--model", default=None, help="PROVIDER/MODEL (a running host must run this model).")
+@click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
 def chat(project: Path | None, session_id: str | None, data_dir: Path | None, url: str | None,
-         token: str | None, model: str | None) -> None:
+         token: str | None, model: str | None, max_retries: int | None) -> None:
     """Chat with an agent in PROJECT (a running host, else an embedded one)."""
     import asyncio
 
@@ -231,13 +232,16 @@ def chat(project: Path | None, session_id: str | None, data_dir: Path | None, ur
     from pidesk.cli.link import EmbeddedLink, RemoteLink
     from pidesk.config import HostConfig
 
-    config = HostConfig.from_environ(data_dir=data_dir, model=model)
+    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries)
     where = str(project.resolve()) if project else None
 
     async def go() -> None:
         target = Remote(url.rstrip("/"), token) if url and token else running_host(config.data_dir)
         if target is not None:
             await insist_on_model(target, model, None if url and token else config.data_dir)
+            if max_retries is not None:
+                click.echo(f"pidesk: --max-retries {max_retries} does not apply: the running host at {target.url} "
+                           "retries as it was started (pidesk serve --max-retries N)", err=True)
             await run_chat(RemoteLink(target.url, target.token), where, session_id)
             return
         async with embedded(config) as host:

@@ -4,11 +4,14 @@ undoing its changes (issue 17). Styles are checked on the byte stream (rich's SG
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.cli.test_cli_chat import Terminal, chat, scripted
+from tests.providers.mock_vendors import MockVendor, Reply, openai_error
 
 DIM, RED, GREEN = "\x1b[2m", "\x1b[31m", "\x1b[32m"
 UNDO_QUESTION = "revert? [y] yes [n] no, + Enter · Esc cancels ›"
@@ -155,3 +158,43 @@ def test_diff_shows_the_last_turns_changes_and_undo_asks_then_reverts(project: P
     term.expect("nothing to undo")
     term.type("\x03")
     assert term.close() == 0
+
+
+def test_a_failed_turn_shows_its_error_message(project: Path, data_dir: Path, tmp_path: Path) -> None:
+    """Issue 16 §4: a turn that failed showed only "[turn error: PROVIDER_ERROR]", never why. Now the
+    host's errorMessage (the provider's status and message, the retries spent) is printed under it."""
+    term = chat(project, data_dir, scripted(tmp_path, {"error": "PROVIDER_ERROR",
+                                                       "detail": "HTTP 529 overloaded_error: Overloaded (3 retries)"}))
+    term.expect_status("agent · ask · idle ›")
+    term.type("hello\r")
+    term.expect("[turn error: PROVIDER_ERROR]")
+    term.expect("HTTP 529 overloaded_error: Overloaded (3 retries)")
+    term.expect_status("agent · ask · idle ›")
+    assert styled(term, RED, "HTTP 529 overloaded_error: Overloaded (3 retries)")
+    term.type("\x03")
+    assert term.close() == 0
+
+
+@pytest.mark.asyncio
+async def test_chat_spends_the_max_retries_it_is_given_and_says_why_it_failed(
+    project: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16 §4: `pidesk chat` had no --max-retries (its embedded host always retried 10 times) and a
+    failed turn never said why. Now `--max-retries 1` makes one retry, and the provider's words and the
+    retries spent are printed under the [turn error: …] line."""
+    overloaded = Reply(503, openai_error(503, "The server is overloaded").body, {"retry-after-ms": "10"})
+    async with MockVendor() as vendor:
+        vendor.script(overloaded, overloaded, overloaded)
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{vendor.url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-0123456789abcdef")
+        monkeypatch.delenv("PIDESK_MAX_RETRIES", raising=False)
+        term = Terminal([sys.executable, "-m", "pidesk", "chat", str(project), "--data-dir", str(data_dir),
+                         "--model", "openai/gpt-test", "--max-retries", "1"])
+        await asyncio.to_thread(term.expect_status, "agent · ask · idle ›")
+        term.type("hi\r")
+        await asyncio.to_thread(term.expect, "[turn error: PROVIDER_ERROR]")
+        await asyncio.to_thread(term.expect, "openai answered HTTP 503: The server is overloaded "
+                                             "(gave up after 1 retries)")
+        assert len(vendor.requests) == 2
+        term.type("\x03")
+        assert await asyncio.to_thread(term.close) == 0
