@@ -31,6 +31,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 from pidesk.core.errors import Code, PideskError
+from pidesk.store.transcripts import write_and_close
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -59,15 +60,8 @@ def write_artifact(project: Path, kind: str, title: str, data: bytes, moment: da
         root = _closing(opened, os.open(project, _DIR))
         pi = _closing(opened, _enter(root, ".pi", project))
         directory = _closing(opened, _enter(pi, kind, project, f".pi/{kind}"))
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                     dir_fd=directory)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_and_close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                                dir_fd=directory), data)
         os.fsync(directory)
     return Artifact(f".pi/{kind}/{name}", hashlib.sha256(data).hexdigest(), len(data))
 

@@ -341,7 +341,11 @@ def private_dir(directory: Path) -> None:
 def write_private(path: Path, data: bytes, *, exclusive: bool = False) -> None:
     """Write a new file (0600, as every file of the data dir) whole and fsync it."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if exclusive else os.O_TRUNC)
-    fd = os.open(path, flags, 0o600)
+    write_and_close(os.open(path, flags, 0o600), data)
+
+
+def write_and_close(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to the new file ``fd``, fsync it, close it (whatever happens)."""
     try:
         view = memoryview(data)
         while view:
