@@ -114,21 +114,26 @@ def _tool(name: str, **args: Any) -> list[dict[str, Any]]:
     return [{"toolCalls": [{"name": name, "args": args}]}, {"text": "done"}]
 
 
-async def _turn(ws: rpc_load.Ws, sid: str, _quick: bool) -> str:
-    """Prompt the scripted model and wait for the turn's end; the answer is its tool result."""
-    ended = asyncio.get_running_loop().create_future()
+async def _after(ws: rpc_load.Ws, sid: str, text: str, wanted: str) -> dict[str, Any]:
+    """Prompt the session and return the first event of type ``wanted`` that follows."""
+    seen = asyncio.get_running_loop().create_future()
 
     def listen(_at: float, event: dict[str, Any]) -> None:
-        if event.get("type") == "turn.ended" and event.get("sessionId") == sid and not ended.done():
-            ended.set_result(event)
+        if event.get("type") == wanted and not seen.done():
+            seen.set_result(event)
 
     ws.listeners.append(listen)
     try:
-        await ws.call("agent.prompt", {"sessionId": sid, "text": "go"})
+        await ws.call("agent.prompt", {"sessionId": sid, "text": text})
         async with asyncio.timeout(CASE_TIMEOUT):
-            end = await ended
+            return await seen
     finally:
         ws.listeners.remove(listen)
+
+
+async def _turn(ws: rpc_load.Ws, sid: str, _quick: bool) -> str:
+    """Prompt the scripted model and wait for the turn's end; the answer is its tool result."""
+    end = await _after(ws, sid, "go", "turn.ended")
     state = await ws.call("session.get", {"sessionId": sid, "limit": 10})
     results = [b for m in state["messages"] for b in m["content"] if b["type"] == "toolResult"]
     result = f"{results[-1]['name']} {'ok' if results[-1]['ok'] else results[-1].get('errorCode')}" if results else "-"
@@ -148,19 +153,7 @@ async def _render_batch(ws: rpc_load.Ws, _sid: str, quick: bool) -> str:
 
 
 async def _plans_get(ws: rpc_load.Ws, sid: str, _quick: bool) -> str:
-    requested = asyncio.get_running_loop().create_future()
-
-    def listen(_at: float, event: dict[str, Any]) -> None:
-        if event.get("type") == "plan.requested" and not requested.done():
-            requested.set_result(event["approval"])
-
-    ws.listeners.append(listen)
-    try:
-        await ws.call("agent.prompt", {"sessionId": sid, "text": "plan"})
-        async with asyncio.timeout(CASE_TIMEOUT):
-            approval = await requested
-    finally:
-        ws.listeners.remove(listen)
+    approval = (await _after(ws, sid, "plan", "plan.requested"))["approval"]
     sizes = [len((await ws.call("plans.get", {"approvalId": approval["id"]}))["markdown"]) for _ in range(3)]
     return f"plans.get ×3: {sizes[0]:,} chars each"
 
