@@ -22,6 +22,12 @@ CONNECT_TIMEOUT = 5.0  # seconds to open a connection (the SDKs' own default)
 _encode = msgspec.json.Encoder().encode
 
 
+def plain_http(base_url: str | None) -> bool:
+    """Nothing a client of this base URL sends needs TLS (whether a proxy is in the way, or the
+    user asked for httpx's own transport, is the config's to say: ``HostConfig.lean_http``)."""
+    return base_url is not None and base_url.lower().startswith("http://")
+
+
 class SdkProvider(ABC):
     """A provider over a vendor SDK: subclasses name the SDK, its endpoint and the struct its
     events decode into, build the request body, and turn one streamed response into events
@@ -38,7 +44,7 @@ class SdkProvider(ABC):
         self.model = model
         self._api_key = api_key
         self._base_url = base_url
-        self._lean_http = lean_http  # a plain-http:// base URL may use pidesk's transport (HostConfig.lean_http)
+        self._lean_http = lean_http  # a plain-http:// base URL may use the aiohttp backend (HostConfig.lean_http)
         self._policy = RetryPolicy(max_retries)
         self._sleep = sleep
         self._client: Any = None
@@ -70,10 +76,10 @@ class SdkProvider(ABC):
 
     @property
     def lean_transport(self) -> bool:
-        """Requests go over pidesk's own HTTP transport: a plain-http:// base URL (a local model
-        server) and ``lean_http`` (the config's say: no proxy in the way, no opt-out)."""
-        from pidesk.providers.transport import plain_http
-
+        """Requests go over the SDK's aiohttp backend (``DefaultAioHttpClient``) rather than httpx's
+        own transport: a plain-http:// base URL (a local model server, where the HTTP layer is most
+        of a tool round trip's cost) and ``lean_http`` (the config's say: no proxy in the way, no
+        opt-out). docs/architecture.md "The HTTP layer" has the measurement that chose it."""
         return self._lean_http and plain_http(self._base_url)
 
     async def _connected(self) -> tuple[Any, SdkErrors]:
@@ -88,12 +94,10 @@ class SdkProvider(ABC):
                 import anyio
                 import httpx2
 
-                from pidesk.providers.transport import PlainHttpTransport
-
                 sdk, client_class = self._sdk()
                 options: dict[str, Any] = {}
                 if self.lean_transport:
-                    options["http_client"] = sdk.DefaultAsyncHttpxClient(transport=PlainHttpTransport())
+                    options["http_client"] = sdk.DefaultAioHttpClient()
                 idle = self._policy.idle_timeout  # no byte for this long, before the head or in the body: broken
                 self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0,
                                             timeout=httpx2.Timeout(idle, connect=min(idle, CONNECT_TIMEOUT)), **options)

@@ -1,0 +1,40 @@
+"""Which HTTP layer a provider's requests take (docs/architecture.md "The HTTP layer"): the SDK's
+aiohttp backend for plain-http:// model servers, httpx's own transport for https:// and proxies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pidesk.config import HostConfig
+from pidesk.providers.sdk import plain_http
+
+
+def test_plain_http_base_urls_get_the_aiohttp_backend_and_the_config_can_turn_it_off(tmp_path: Path) -> None:
+    assert plain_http("http://127.0.0.1:11434/v1") and plain_http("HTTP://gpu-box:8000/v1")
+    assert not plain_http("https://api.openai.com/v1")
+    assert not plain_http(None)  # the vendor's default: https
+
+    def lean(**environ: str) -> bool:
+        return HostConfig.from_environ({"PIDESK_CONFIG": str(tmp_path / "none.toml"), **environ},
+                                       data_dir=tmp_path).lean_http
+
+    assert lean()
+    assert lean(https_proxy="http://proxy:3128")  # not used for http://
+    assert not lean(HTTP_PROXY="https://proxy:3129")  # httpx would go through it, maybe over TLS
+    assert not lean(all_proxy="https://proxy:3129")
+    assert not lean(PIDESK_HTTP_TRANSPORT="httpx")  # the way out, should a server need it
+    (tmp_path / "httpx.toml").write_text('http_transport = "httpx"\n')
+    assert not lean(PIDESK_CONFIG=str(tmp_path / "httpx.toml"))
+    assert lean(PIDESK_CONFIG=str(tmp_path / "httpx.toml"), PIDESK_HTTP_TRANSPORT="aiohttp")  # env over file
+
+
+def test_a_provider_uses_the_aiohttp_backend_for_plain_http_unless_the_config_says_not_to() -> None:
+    from pidesk.cli.models import make_provider
+
+    local = {"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1", "ANTHROPIC_API_KEY": "k",
+             "ANTHROPIC_BASE_URL": "http://127.0.0.1:8080"}
+    for model in ("openai/m", "anthropic/m"):
+        assert getattr(make_provider(model, local), "lean_transport")
+        assert not getattr(make_provider(model, local, lean_http=False), "lean_transport")
+    remote = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "https://api.openai.com/v1"}
+    assert not getattr(make_provider("openai/m", remote), "lean_transport")
