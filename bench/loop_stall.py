@@ -17,7 +17,7 @@ The cases (full size; ``--quick`` shrinks the large ones):
 - ``plans-get``: ``plans.get`` (×3) of a pending plan of ``"[]("`` repeated to 990 KB;
 - ``read-1g``: Read of a 1 GiB file with no newline;
 - ``bash-100m``: a Bash command printing 100 MB;
-- ``args-10m``: a Write whose arguments are 10 MB.
+- ``args-10m``: a Write whose arguments are 10 MB (refused past 1 MiB: ``INVALID_ARGUMENTS``).
 
 ``run_cases(quick=True)`` is also what the CI-size test (tests/server/test_loop_stall.py) runs.
 
@@ -174,7 +174,7 @@ CASES = [
     Case("bash-100m", "Bash printing 100 MB", _nothing,
          lambda q: _tool("Bash", command=f"head -c {10_000_000 if q else 100_000_000} /dev/zero | tr '\\0' a"),
          _turn),
-    Case("args-10m", "a Write with 10 MB of arguments", _nothing,
+    Case("args-10m", "a Write with 10 MB of arguments (refused past 1 MiB)", _nothing,
          lambda q: _tool("Write", path="big.txt", content="a" * (1_000_000 if q else 10_000_000)), _turn),
 ]
 

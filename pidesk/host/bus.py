@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable
 import msgspec
 
 from pidesk.core.events import AnyEvent
+from pidesk.core.sizes import json_size
 
 log = logging.getLogger("pidesk.bus")
 _encoder = msgspec.json.Encoder()
@@ -45,31 +46,6 @@ class _Encoded:
         if self._json is None:
             self._json = _encoder.encode(self.event)
         return self._json
-
-
-def estimated_size(event: object) -> int:
-    """About the size of ``event``'s JSON, from its strings' lengths (a non-ASCII one counts four bytes a
-    character, the most UTF-8 takes); containers and scalars a few bytes each. Iterative: arguments
-    a model sent may nest deeper than the recursion limit."""
-    total = 0
-    stack = [event]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, str):
-            total += len(value) + 2 if value.isascii() else 4 * len(value) + 2
-        elif isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-            total += 2
-        elif isinstance(value, (list, tuple)):
-            stack.extend(value)
-            total += 2
-        elif isinstance(value, msgspec.Struct):
-            stack.extend(getattr(value, name) for name in value.__struct_fields__)
-            total += 2 + 16 * len(value.__struct_fields__)
-        else:
-            total += 8
-    return total
 
 
 class FellBehind(Exception):
@@ -183,7 +159,7 @@ class EventBus:
     def publish(self, event: AnyEvent) -> int:
         self.seq += 1
         shared = _Encoded(event)
-        weight = estimated_size(event) if self._weighed else 0
+        weight = json_size(event) if self._weighed else 0
         behind = [sub for sub in self._subscribers if not sub._put(self.seq, shared, weight)]
         for sub in behind:
             sub._drop()

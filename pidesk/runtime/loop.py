@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from pidesk.core.errors import Code
 from pidesk.core.policy import Allow, Deny, batch_is_exclusive_violation
 from pidesk.core.records import Block, Message, TextBlock, ThinkingBlock, ToolCallBlock, ToolResultBlock, Usage
+from pidesk.core.sizes import json_size
 from pidesk.providers.base import Done, ModelRequest, Provider, TextDelta, ThinkingDelta, Thought, ToolCall, UsageReport
 from pidesk.runtime.gate import Slot, StepGate
 from pidesk.tools.base import ToolResult
@@ -95,6 +96,10 @@ _DENIAL_HINTS = {
 }
 _SUBMIT_TOOLS = frozenset({"SubmitPlan", "SubmitGoal"})
 MAX_MODEL_CALLS = 200  # a bound on every turn's loop
+# A tool call's arguments past this (their JSON, about) are not kept, shown or run: every copy of
+# them — the transcript line, each event, the next request's history — holds the event loop for
+# one uninterruptible encoding or decoding, ~25 ms for 10 MB. Models write large files in parts.
+MAX_TOOL_ARGUMENTS = 1 << 20
 
 
 async def run_turn(ctx: TurnContext, provider: Provider, gate: StepGate | None = None) -> TurnEnd:
@@ -111,6 +116,7 @@ class _Turn:
     def __init__(self, ctx: TurnContext, slot: Slot) -> None:
         self.ctx = ctx
         self.slot = slot
+        self.oversized: dict[str, int] = {}  # tool call id -> the size of the arguments it came with
 
     async def append(self, role: str, content: list[Block], message_id: str | None = None) -> Message:
         return await self.slot.wait_for(self.ctx.append(role, content, message_id))
@@ -190,7 +196,7 @@ class _Turn:
                     blocks.append(ThinkingBlock(text=event.text, redacted=event.redacted, opaque=event.opaque))
                 elif isinstance(event, ToolCall):
                     begin()
-                    calls.append(ToolCallBlock(id=event.id, name=event.name, args=event.args))
+                    calls.append(self.call_block(event))
                 elif isinstance(event, UsageReport):
                     ctx.add_usage(Usage(
                         input_tokens=event.input_tokens, output_tokens=event.output_tokens,
@@ -202,6 +208,15 @@ class _Turn:
                     break
         end_text()
         return [*blocks, *calls], done
+
+    def call_block(self, event: ToolCall) -> ToolCallBlock:
+        """The call as kept: arguments over ``MAX_TOOL_ARGUMENTS`` are replaced by a note of their size."""
+        size = json_size(event.args)
+        if size <= MAX_TOOL_ARGUMENTS:
+            return ToolCallBlock(id=event.id, name=event.name, args=event.args)
+        self.oversized[event.id] = size
+        note = f"{size:,} bytes of arguments, over the {MAX_TOOL_ARGUMENTS:,}-byte limit: not kept"
+        return ToolCallBlock(id=event.id, name=event.name, args={"omitted": note})
 
     async def run_batch(self, calls: list[ToolCallBlock]) -> TurnEnd | None:
         ctx = self.ctx
@@ -220,6 +235,13 @@ class _Turn:
             for call in calls:
                 ctx.tool_started(call)
                 started = time.monotonic()
+                if call.id in self.oversized:
+                    await self.record(call, ToolResult.error(Code.INVALID_ARGUMENTS, (
+                        f"{call.name} was not run: its arguments were {self.oversized[call.id]:,} bytes, over the "
+                        f"{MAX_TOOL_ARGUMENTS:,}-byte limit of a tool call; write large content in parts "
+                        "(Write the first part, then Edit to add the rest)")), 0)
+                    unfinished.remove(call)
+                    continue
                 decision = await self.slot.wait_for(ctx.authorize(call))
                 if isinstance(decision, Deny):
                     why = f"{decision.code}: {_DENIAL_HINTS[decision.code]}" if decision.code in _DENIAL_HINTS \
