@@ -37,18 +37,21 @@ from tests.providers.mock_vendors import (
 )
 
 KEY = "sk-test-secret-0123456789abcdef"
-IDLE = 0.3  # seconds: the stream idle time in these tests
+IDLE = 0.3  # seconds: the stream idle time of the tests about a stalled stream
+CALM = 30.0  # the others': a loaded CI machine must never turn a slow answer into a retry they do not expect
 
 
-def openai(url: str, sleep: RecordedSleep, max_retries: int = 10, cap: float = 60.0) -> OpenAIProvider:
+def openai(url: str, sleep: RecordedSleep, max_retries: int = 10, cap: float = 60.0,
+           idle: float = CALM) -> OpenAIProvider:
     p = OpenAIProvider("gpt-test", api_key=KEY, base_url=f"{url}/v1", sleep=sleep)
-    p.configure(RetryPolicy(max_retries, retry_after_cap=cap, idle_timeout=IDLE))
+    p.configure(RetryPolicy(max_retries, retry_after_cap=cap, idle_timeout=idle))
     return p
 
 
-def anthropic(url: str, sleep: RecordedSleep, max_retries: int = 10, cap: float = 60.0) -> AnthropicProvider:
+def anthropic(url: str, sleep: RecordedSleep, max_retries: int = 10, cap: float = 60.0,
+              idle: float = CALM) -> AnthropicProvider:
     p = AnthropicProvider("claude-test", api_key=KEY, base_url=url, max_tokens=1024, sleep=sleep)
-    p.configure(RetryPolicy(max_retries, retry_after_cap=cap, idle_timeout=IDLE))
+    p.configure(RetryPolicy(max_retries, retry_after_cap=cap, idle_timeout=idle))
     return p
 
 
@@ -125,7 +128,7 @@ async def test_a_server_that_never_answers_is_a_broken_stream_retried_then_given
     for the SDK's 10 minutes; after the idle time it is STREAM_FAILED, retried, and the message
     says so and how many retries were spent."""
     vendor.script(Silence(), Silence())
-    [done] = await ask(openai(vendor.url, sleep, max_retries=1))
+    [done] = await ask(openai(vendor.url, sleep, max_retries=1, idle=IDLE))
     assert isinstance(done, Done) and done.error_code == "STREAM_FAILED"
     assert done.detail == (f"the openai server sent nothing for {IDLE:g} s before its answer began "
                            "(stream_idle_timeout) (gave up after 1 retries)")
@@ -139,7 +142,7 @@ async def test_a_stream_that_stalls_mid_body_is_broken_and_replayed_while_nothin
     """Issue 16 §4: a stream that stops sending mid-body (no byte for the idle time) is broken; with
     nothing of it shown, the request is replayed and the second answer is the turn's."""
     vendor.script(Sse([openai_chunk(role="assistant", content="")], hold=True), call_answer())
-    events = await ask(openai(vendor.url, sleep))
+    events = await ask(openai(vendor.url, sleep, idle=IDLE))
     assert events[0] == ToolCall("call_1", "Read", {"path": "a"}) and events[-1] == Done("tool_calls")
     assert sleep.delays == [1.0] and len(vendor.requests) == 2
 
@@ -151,7 +154,7 @@ async def test_an_anthropic_stream_that_stalls_after_text_fails_with_what_happen
     """Issue 16 §4: a stall after text was shown cannot be replayed (it would repeat the text): it
     is STREAM_FAILED at once, and the message says the stream went quiet."""
     vendor.script(Sse(anthropic_text("Hel", "lo")[:3], hold=True))
-    events = await ask(anthropic(vendor.url, sleep))
+    events = await ask(anthropic(vendor.url, sleep, idle=IDLE))
     assert events[0] == TextDelta("Hel")
     done = events[-1]
     assert isinstance(done, Done) and done.error_code == "STREAM_FAILED"
