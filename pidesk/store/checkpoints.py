@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,31 +112,46 @@ class ShadowRepo:
     # ---- git ------------------------------------------------------------------------
 
     async def _git(self, *args: str, stdin: bytes | None = None, ok: tuple[int, ...] = (0,)) -> bytes:
+        """Run git in a worker thread (its spawn, pipes and exit never touch the event loop, which
+        a turn's next step is waiting for); a caller's cancellation kills it."""
+        started: list[subprocess.Popen[bytes]] = []
+        work = asyncio.ensure_future(asyncio.to_thread(self._run_git, args, stdin, started))
         try:
-            proc = await asyncio.create_subprocess_exec(
-                "git", *args, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=self._env, cwd=self.root,
-                umask=0o077,
+            code, out, err = await asyncio.shield(work)
+        except asyncio.CancelledError:  # git must not outlive its caller
+            for proc in started:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            with contextlib.suppress(Exception):
+                await work
+            (self.git_dir / "index.lock").unlink(missing_ok=True)  # ours: the host runs one git per root
+            raise
+        if code not in ok:
+            detail = err.decode(errors="replace").strip().splitlines()
+            raise CheckpointError(f"git {args[0]} failed: {detail[-1] if detail else f'exit {code}'}")
+        return out
+
+    def _run_git(self, args: tuple[str, ...], stdin: bytes | None,
+                 started: list[subprocess.Popen[bytes]]) -> tuple[int, bytes, bytes]:
+        try:
+            proc = subprocess.Popen(
+                ["git", *args], stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._env, cwd=self.root, umask=0o077,
             )
         except FileNotFoundError as exc:
             missing = "git is not installed" if exc.filename in (None, "git") else f"{self.root} does not exist"
             raise CheckpointError(f"cannot checkpoint: {missing}") from None
         except OSError as exc:
             raise CheckpointError(f"cannot run git: {exc}") from None
+        started.append(proc)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(stdin), self.timeout)
-        except BaseException as exc:  # a timeout, or the caller's cancellation: git must not outlive it
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await asyncio.shield(proc.wait())
-            (self.git_dir / "index.lock").unlink(missing_ok=True)  # ours: the host runs one git per root
-            if isinstance(exc, TimeoutError):
-                raise CheckpointError(f"git {args[0]} took longer than {self.timeout:.0f} s") from None
-            raise
-        if proc.returncode not in ok:
-            detail = err.decode(errors="replace").strip().splitlines()
-            raise CheckpointError(f"git {args[0]} failed: {detail[-1] if detail else f'exit {proc.returncode}'}")
-        return out
+            out, err = proc.communicate(stdin, timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            (self.git_dir / "index.lock").unlink(missing_ok=True)
+            raise CheckpointError(f"git {args[0]} took longer than {self.timeout:.0f} s") from None
+        return proc.returncode, out, err
 
     async def _ensure(self) -> None:
         if self._ready:
