@@ -8,7 +8,7 @@ import pytest
 
 from pidesk.core.errors import Code, InvalidParams
 from pidesk.core.policy import PluginRisk
-from pidesk.plugins.mcp_tools import McpServerConfig, load_mcp_config
+from pidesk.plugins.mcp_config import McpServerConfig, load_mcp_config
 
 VALID = """
 model = "demo"
