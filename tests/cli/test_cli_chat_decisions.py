@@ -3,50 +3,23 @@
 Whether a key typed ahead is still unread, read but unhandled, or handled when a
 prompt appears depends on scheduling, so the pty tests in test_cli_chat.py cannot
 force each case. Here the real ``Chat`` runs over an ``EmbeddedLink`` to a real
-host, its stdin a real pseudo-terminal, and the model holds at a gate: the keys are
-put exactly where type-ahead can be when the prompt is drawn.
+host, its stdin a real pseudo-terminal (``chat_rig.py``), and the model holds at a
+gate: the keys are put exactly where type-ahead can be when the prompt is drawn.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import io
 import os
-import pty
-import tty
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
-from pidesk.cli.chat import Chat, read_keys
-from pidesk.cli.link import EmbeddedLink
 from pidesk.providers.scripted import ScriptedProvider
+from tests.cli.chat_rig import chat_rig
 
 SUBMIT_PLAN = {"gate": "plan", "toolCalls": [{"name": "SubmitPlan", "args": {
     "title": "Add notes", "markdown": "# Plan\n\n1. Write NOTES.md\n", "question": "Shall I write it?"}}]}
-
-
-class Screen(io.StringIO):
-    """The chat's terminal output, with a bounded wait for text to appear after a mark."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.changed = asyncio.Event()
-        self.mark = 0
-
-    def write(self, text: str) -> int:
-        self.changed.set()
-        return super().write(text)
-
-    async def expect(self, text: str, timeout: float = 10.0) -> None:
-        async with asyncio.timeout(timeout):
-            while text not in self.getvalue()[self.mark:]:
-                self.changed.clear()
-                await self.changed.wait()
-        self.mark = self.getvalue().index(text, self.mark) + len(text)
 
 
 @pytest.mark.asyncio
@@ -57,17 +30,8 @@ async def test_keys_typed_before_a_plan_prompt_never_answer_it(make_host: Any, p
     queue but handled after the prompt (`a` Enter stamped with the old epoch: ignored). Then the key
     pressed after the prompt, and Enter, decides."""
     provider = ScriptedProvider([SUBMIT_PLAN])
-    host = make_host(provider=provider)
-    master, slave = pty.openpty()
-    tty.setcbreak(slave)
-    screen = Screen()
-    link = EmbeddedLink(host)
-    session = await link.call("session.create", {"projectPath": str(project), "mode": "plan"})
-    chat = Chat(link, session, Console(file=screen, width=100))
-    chat.tty_fd = slave
-    follower = asyncio.create_task(chat.follow())
-    reader: asyncio.Task[None] | None = None
-    try:
+    async with chat_rig(make_host(provider=provider), {"projectPath": str(project), "mode": "plan"}) as rig:
+        chat, link, session, screen, master = rig.chat, rig.link, rig.session, rig.screen, rig.master
         await chat.submit("plan the notes")
         await provider.wait_reached("plan")
         stale = chat.epoch
@@ -80,7 +44,7 @@ async def test_keys_typed_before_a_plan_prompt_never_answer_it(make_host: Any, p
         for key in "a\r":  # read before the prompt, handled after it
             await chat.on_key(key, stale)
         assert chat.decision is not None and chat.decision.choice is None
-        reader = asyncio.create_task(read_keys(chat, slave))
+        rig.start_reading()
         os.write(master, b"e")
         await screen.expect("approve with accept-edits? Enter confirms")
         pending = (await link.call("plans.pending", {"sessionId": session["id"]}))["approvals"]
@@ -89,16 +53,6 @@ async def test_keys_typed_before_a_plan_prompt_never_answer_it(make_host: Any, p
         await screen.expect("[plan approved]")
         history = (await link.call("plans.list", {"sessionId": session["id"]}))["approvals"]
         assert [(a["status"], a["permissionMode"]) for a in history] == [("approved", "accept-edits")]
-    finally:
-        chat.done.set()
-        if reader is not None:
-            await asyncio.wait_for(reader, 5)
-        follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follower
-        await link.__aexit__(None, None, None)
-        os.close(master)
-        os.close(slave)
 
 
 @pytest.mark.asyncio
@@ -108,17 +62,8 @@ async def test_keys_typed_before_a_permission_prompt_never_answer_it(make_host: 
     denies."""
     provider = ScriptedProvider([{"gate": "write", "toolCalls": [
         {"name": "Write", "args": {"path": "NOTES.md", "content": "notes\n"}}]}])
-    host = make_host(provider=provider)
-    master, slave = pty.openpty()
-    tty.setcbreak(slave)
-    screen = Screen()
-    link = EmbeddedLink(host)
-    session = await link.call("session.create", {"projectPath": str(project)})
-    chat = Chat(link, session, Console(file=screen, width=100))
-    chat.tty_fd = slave
-    follower = asyncio.create_task(chat.follow())
-    reader: asyncio.Task[None] | None = None
-    try:
+    async with chat_rig(make_host(provider=provider), {"projectPath": str(project)}) as rig:
+        chat, link, session, screen, master = rig.chat, rig.link, rig.session, rig.screen, rig.master
         await chat.submit("write the notes")
         await provider.wait_reached("write")
         stale = chat.epoch
@@ -131,7 +76,7 @@ async def test_keys_typed_before_a_permission_prompt_never_answer_it(make_host: 
         for key in "y\r":
             await chat.on_key(key, stale)
         assert chat.decision is not None and chat.decision.choice is None
-        reader = asyncio.create_task(read_keys(chat, slave))
+        rig.start_reading()
         os.write(master, b"n")
         await screen.expect("deny? Enter confirms")
         os.write(master, b"\r")
@@ -139,13 +84,3 @@ async def test_keys_typed_before_a_permission_prompt_never_answer_it(make_host: 
         assert not (project / "NOTES.md").exists()
         requests = (await link.call("permissions.pending", {"sessionId": session["id"]}))["requests"]
         assert requests == []
-    finally:
-        chat.done.set()
-        if reader is not None:
-            await asyncio.wait_for(reader, 5)
-        follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follower
-        await link.__aexit__(None, None, None)
-        os.close(master)
-        os.close(slave)

@@ -8,13 +8,8 @@ second session of the same project can be held mid-turn while this one answers t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import pty
-import termios
-import tty
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,62 +17,27 @@ import pytest
 import pytest_asyncio
 from rich.console import Console
 
-from pidesk.cli.chat import Chat, read_keys
+from pidesk.cli.chat import Chat
 from pidesk.cli.link import EmbeddedLink
 from pidesk.core.errors import Code, PideskError
 from pidesk.providers.scripted import ScriptedProvider
-from tests.cli.test_cli_chat_decisions import Screen
+from tests.cli.chat_rig import Rig, Screen, chat_rig
 
 WRITE_NOTES = {"toolCalls": [{"name": "Write", "args": {"path": "NOTES.md", "content": "notes\n"}}]}
 
 
-@dataclass
-class Rig:
-    chat: Chat
-    link: EmbeddedLink
-    screen: Screen
-    provider: ScriptedProvider
-    master: int
-    slave: int
-    reader: asyncio.Task[None] | None = None
-
-    def start_reading(self) -> None:
-        self.reader = asyncio.create_task(read_keys(self.chat, self.slave))
-
-
 @pytest_asyncio.fixture
 async def rig(make_host: Any, project: Path) -> AsyncIterator[Rig]:
-    """A chat in accept-edits whose one turn so far wrote NOTES.md."""
+    """A chat in accept-edits whose one turn so far wrote NOTES.md; Ctrl+C arrives as a key."""
     provider = ScriptedProvider()
-    host = make_host(provider=provider)
-    master, slave = pty.openpty()
-    tty.setcbreak(slave)
-    attrs = termios.tcgetattr(slave)
-    attrs[3] &= ~termios.ISIG  # as raw_terminal does: Ctrl+C arrives as a key
-    termios.tcsetattr(slave, termios.TCSANOW, attrs)
-    screen = Screen()
-    link = EmbeddedLink(host)
-    session = await link.call("session.create", {"projectPath": str(project), "permissionMode": "accept-edits"})
-    provider.enqueue(session["id"], WRITE_NOTES, {"text": "Written."})
-    chat = Chat(link, session, Console(file=screen, width=100))
-    chat.tty_fd = slave
-    follower = asyncio.create_task(chat.follow())
-    rig = Rig(chat, link, screen, provider, master, slave)
-    try:
-        await chat.submit("write the notes")
-        await screen.expect("[turn completed]")
+    params = {"projectPath": str(project), "permissionMode": "accept-edits"}
+    async with chat_rig(make_host(provider=provider), params, keys_signal=False) as rig:
+        rig.provider = provider
+        provider.enqueue(rig.session["id"], WRITE_NOTES, {"text": "Written."})
+        await rig.chat.submit("write the notes")
+        await rig.screen.expect("[turn completed]")
         assert (project / "NOTES.md").exists()
         yield rig
-    finally:
-        chat.done.set()
-        if rig.reader is not None:
-            await asyncio.wait_for(rig.reader, 5)
-        follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follower
-        await link.__aexit__(None, None, None)
-        os.close(master)
-        os.close(slave)
 
 
 @pytest.mark.asyncio
