@@ -89,11 +89,9 @@ class _Chunk(msgspec.Struct):
     error: Any = None  # a relay's in-stream error (OpenRouter and others)
 
 
-class OpenAIProvider(SdkProvider):
-    vendor = "openai"
-    path = "/chat/completions"
-    ends_with_done = True  # a stream without data: [DONE] broke off, finish_reason or not
-    decoder = msgspec.json.Decoder(_Chunk)
+class OpenAIClient(SdkProvider):
+    """What both of OpenAI's endpoints share: the SDK's client and the per-model settings
+    (``reasoning_effort``; ``cache``: send ``prompt_cache_key`` = the session id)."""
 
     def __init__(self, model: str, *, api_key: str, base_url: str | None, lean_http: bool = True,
                  max_retries: int = DEFAULT_MAX_RETRIES, reasoning_effort: str | None = None, cache: bool = True,
@@ -102,6 +100,18 @@ class OpenAIProvider(SdkProvider):
                          sleep=sleep)
         self._reasoning_effort = reasoning_effort
         self._cache = cache
+
+    def _sdk(self) -> tuple[Any, Any]:
+        import openai
+
+        return openai, openai.AsyncOpenAI
+
+
+class OpenAIProvider(OpenAIClient):
+    vendor = "openai"
+    path = "/chat/completions"
+    ends_with_done = True  # a stream without data: [DONE] broke off, finish_reason or not
+    decoder = msgspec.json.Decoder(_Chunk)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": openai_messages(request.system, request.messages),
@@ -113,11 +123,6 @@ class OpenAIProvider(SdkProvider):
         if self._cache:
             body["prompt_cache_key"] = request.session_id
         return body
-
-    def _sdk(self) -> tuple[Any, Any]:
-        import openai
-
-        return openai, openai.AsyncOpenAI
 
     def _reply(self) -> _Reply:
         return _Reply()

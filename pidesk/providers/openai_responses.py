@@ -30,7 +30,6 @@ LM Studio) speak too. Request and response differ from Chat Completions:
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +39,7 @@ import msgspec
 from pidesk.core.errors import Code
 from pidesk.providers.base import Done, ModelRequest, StreamEvent, ThinkingDelta, Thought, ToolCall, UsageReport
 from pidesk.providers.convert import parse_arguments, responses_input, responses_tools
-from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Sleep
-from pidesk.providers.sdk import SdkProvider
+from pidesk.providers.openai import OpenAIClient
 
 VENDOR = "openai-responses"  # the ``opaque["vendor"]`` of the reasoning items this provider writes
 
@@ -79,18 +77,10 @@ class _Event(msgspec.Struct):
     message: str | None = None
 
 
-class OpenAIResponsesProvider(SdkProvider):
+class OpenAIResponsesProvider(OpenAIClient):
     vendor = VENDOR
     path = "/responses"
     decoder = msgspec.json.Decoder(_Event)
-
-    def __init__(self, model: str, *, api_key: str, base_url: str | None, lean_http: bool = True,
-                 max_retries: int = DEFAULT_MAX_RETRIES, reasoning_effort: str | None = None, cache: bool = True,
-                 sleep: Sleep = asyncio.sleep) -> None:
-        super().__init__(model, api_key=api_key, base_url=base_url, lean_http=lean_http, max_retries=max_retries,
-                         sleep=sleep)
-        self._reasoning_effort = reasoning_effort
-        self._cache = cache
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "input": responses_input(request.messages), "stream": True,
@@ -105,11 +95,6 @@ class OpenAIResponsesProvider(SdkProvider):
         if self._cache:
             body["prompt_cache_key"] = request.session_id
         return body
-
-    def _sdk(self) -> tuple[Any, Any]:
-        import openai
-
-        return openai, openai.AsyncOpenAI
 
     def _reply(self) -> _Reply:
         assert self._errors is not None  # set with the client, before any reply
