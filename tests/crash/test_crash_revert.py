@@ -34,24 +34,12 @@ def NEW(n: int) -> str:
 
 
 async def _child(spec: dict[str, Any]) -> None:
-    from dataclasses import dataclass, field
-
     from pidesk.config import HostConfig
-    from pidesk.faults import NO_FAULTS, Faults
+    from pidesk.faults import NO_FAULTS
     from pidesk.host import Host
     from pidesk.providers.scripted import ScriptedProvider
+    from tests.crash.crash_driver import KillOnNthHit
     from tests.scenario import ended, prompt, session, tool
-
-    @dataclass(frozen=True)
-    class KillOnNth(Faults):
-        nth: int = 1
-        hits: list[int] = field(default_factory=lambda: [0], compare=False)
-
-        def hit(self, point: str) -> None:
-            if point in self.points:
-                self.hits[0] += 1
-                if self.hits[0] >= self.nth:
-                    super().hit(point)
 
     data_dir, project = Path(spec["dataDir"]), Path(spec["project"])
     provider = ScriptedProvider()
@@ -64,7 +52,7 @@ async def _child(spec: dict[str, Any]) -> None:
     await ended(sub, turn["turnId"])
     await host.close()
     print(json.dumps({"session": s["id"], "turn": turn["turnId"]}), flush=True)
-    armed = Host.open(HostConfig(data_dir=data_dir, faults=KillOnNth(frozenset({spec["point"]}), "kill",
+    armed = Host.open(HostConfig(data_dir=data_dir, faults=KillOnNthHit(frozenset({spec["point"]}), "kill",
                                                                         nth=spec["nth"])), ScriptedProvider())
     await armed.call("session.revert", {"sessionId": s["id"], "turnId": turn["turnId"]})
     print(json.dumps({"survived": True}), flush=True)
