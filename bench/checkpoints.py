@@ -4,7 +4,9 @@
   ~250 bytes, a ``.gitignore``): the first snapshot (goal ≤ 1 s), an incremental
   one after one file changed (goal ≤ 20 ms), and one after nothing changed — the
   median of the repeats, each the whole ``ShadowRepo.snapshot`` (its git
-  processes included).
+  processes included). With the root's inotify watch (the default on Linux),
+  and without one: a Write/Edit's named file, and the full scan a Bash call and
+  each turn's start make.
 * The effect on a turn's per-tool figure: a real ``Host`` with the scripted
   (instant) model runs one turn of N Bash ``echo`` calls, with checkpoints on and
   off (the same host code; off = the file limit set below the project's size),
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 import harness
@@ -46,25 +49,43 @@ def make_project(root: Path, dirs: int, per_dir: int) -> None:
 async def shadow_figures(scratch: Path, files: int, repeats: int) -> list[Figure]:
     root = scratch / "project"
     make_project(root, files // 100, 100)
-    shadow = ShadowRepo(scratch / "data", root)
+    watched = ShadowRepo(scratch / "data", root)
+    unwatched = ShadowRepo(scratch / "data-unwatched", root)  # as on a system without inotify
+    unwatched.watch.available = False
     started = time.perf_counter()
-    await shadow.snapshot()
+    await watched.snapshot()
     first = (time.perf_counter() - started) * 1000
+    await unwatched.snapshot()
     await asyncio.sleep(1.1)  # past git's racy-clean second: as a real second tool call would be
-    changed, unchanged = [], []
+    timings: dict[str, list[float]] = {}
+
+    async def timed(name: str, snapshot: Awaitable[str]) -> None:
+        started = time.perf_counter()
+        await snapshot
+        timings.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+
+    edited = "pkg7/src/mod3.py"
     for n in range(repeats):
-        (root / "pkg7" / "src" / "mod3.py").write_text(f"edited {n}\n")
-        started = time.perf_counter()
-        await shadow.snapshot()
-        changed.append((time.perf_counter() - started) * 1000)
-        started = time.perf_counter()
-        await shadow.snapshot()
-        unchanged.append((time.perf_counter() - started) * 1000)
+        (root / edited).write_text(f"edited {n}\n")
+        await timed("watched", watched.snapshot())
+        await timed("unchanged", watched.snapshot())
+        await timed("named", unwatched.snapshot([edited]))
+        (root / edited).write_text(f"edited again {n}\n")
+        await timed("full", unwatched.snapshot())
+        await timed("full-unchanged", unwatched.snapshot())
+    watched.close()
+    median = {name: statistics.median(values) for name, values in timings.items()}
     return [
         Figure(f"first checkpoint, {files} files", first, "ms", 1000, at_least=False),
-        Figure(f"incremental checkpoint after one edit, {files} files (median)", statistics.median(changed), "ms", 20,
-               at_least=False),
-        Figure(f"checkpoint with nothing changed, {files} files (median)", statistics.median(unchanged), "ms",
+        Figure(f"checkpoint after one edit, the watch names it, {files} files (median)", median["watched"], "ms",
+               20, at_least=False),
+        Figure(f"checkpoint with nothing changed, watched, {files} files (median)", median["unchanged"], "ms",
+               note="no git process"),
+        Figure(f"no watch: after a Write/Edit (its file named), {files} files (median)", median["named"], "ms",
+               20, at_least=False),
+        Figure(f"no watch: full scan after one edit (a Bash call; each turn's start), {files} files (median)",
+               median["full"], "ms"),
+        Figure(f"no watch: full scan, nothing changed, {files} files (median)", median["full-unchanged"], "ms",
                note="one git process"),
     ]
 

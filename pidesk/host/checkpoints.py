@@ -3,11 +3,13 @@
 The store's ``ShadowRepo`` (``store/checkpoints.py``) does the recording; this
 module decides when, and attributes:
 
-- A checkpoint before each turn's first model request (``before_turn``, awaited:
-  the turn's "before" state), and after each call of a tool that can change the
-  workspace — Write, Edit, Bash, plugin tools, delegates' calls (``after_call``).
-  The latter is not awaited by the turn: it runs as a task, so the next model
-  request overlaps it. Every git operation on one root runs under that root's
+- A checkpoint when each turn starts (``before_turn``: a full scan, the turn's
+  "before" state), and after each call of a tool that can change the workspace —
+  Write, Edit, Bash, plugin tools, delegates' calls (``after_call``: the paths
+  the root's watch saw change, or a Write's or Edit's file). Neither holds the
+  turn up: both run as tasks, so the model request overlaps them, and only a
+  tool call waits (``before_call``) for its turn's "before" state to be recorded
+  first. Every git operation on one root runs under that root's
   ``asyncio.Lock`` (FIFO), so checkpoints are recorded in the order taken, and a
   ``session.changes``, a ``session.revert`` or the next turn's checkpoint sees
   every checkpoint a finished turn started.
@@ -39,12 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from pidesk.core.errors import Code, Conflict, NotFound, PideskError
+from pidesk.core.records import ToolCallBlock
 from pidesk.host import validate
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.ids import new_id, now_iso
 from pidesk.store import Store, repo
 from pidesk.store.checkpoints import CheckpointError, ShadowRepo, TooLarge
+from pidesk.tools import workspace
+from pidesk.tools.base import ToolFailure
 
 log = logging.getLogger("pidesk.checkpoints")
 
@@ -59,7 +64,9 @@ class _Project:
     last: str | None = None  # the tree of the last checkpoint recorded
     off: str | None = None  # why checkpoints are off for this root
     note: str | None = None  # the last failure, until a checkpoint succeeds
-    queued: tuple[str, str] | None = None  # (session, turn) of a call checkpoint waiting for the lock
+    # the call checkpoints waiting for the lock, by (session, turn): the paths they are to look at
+    # (None: everywhere) — a later call of the same turn adds its paths to the waiting one
+    waiting: dict[tuple[str, str], set[str] | None] = field(default_factory=dict)
     failed_turns: set[str] = field(default_factory=set)
     noted_sessions: set[str] = field(default_factory=set)
 
@@ -82,6 +89,7 @@ class Checkpoints:
         self.max_files: int | None = None
         self._projects: dict[Path, _Project] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._before: dict[str, asyncio.Task[None]] = {}  # turn id -> its "before" checkpoint, while it runs
 
     def _project(self, root: Path) -> _Project:
         project = self._projects.get(root)
@@ -95,19 +103,38 @@ class Checkpoints:
 
     # ---- hooks ------------------------------------------------------------------------
 
-    async def before_turn(self, live: LiveTurn) -> None:
-        """The workspace before the turn's first model request; never raises but a cancellation."""
-        task = self._spawn(live.session_id, live.turn_id, "turn")
+    def before_turn(self, live: LiveTurn) -> None:
+        """Start recording the workspace as the turn finds it (a full scan, in the background)."""
+        turn_id = live.turn_id
+        task = self._spawn(live.session_id, turn_id, "turn", None)
+        if task is not None:
+            self._before[turn_id] = task
+            task.add_done_callback(lambda _: self._before.pop(turn_id, None))
+
+    async def before_call(self, live: LiveTurn) -> None:
+        """Before a tool call runs: the turn's "before" state is recorded. Never raises but a cancellation."""
+        task = self._before.get(live.turn_id)
         if task is not None:
             await asyncio.shield(task)
 
-    def after_call(self, live: LiveTurn, tool: str) -> None:
-        """After a call of ``tool``: record the workspace as it left it (in the background)."""
+    def after_call(self, live: LiveTurn, call: ToolCallBlock) -> None:
+        """After ``call``: record the workspace as it left it (in the background)."""
         plugins = self.p.plugin_tools
-        if tool in CHANGING_TOOLS or (plugins is not None and plugins.risk_of(tool) is not None):
-            self._spawn(live.session_id, live.turn_id, "call")
+        if call.name in CHANGING_TOOLS or (plugins is not None and plugins.risk_of(call.name) is not None):
+            self._spawn(live.session_id, live.turn_id, "call", self._named_paths(live.session_id, call))
 
-    def _spawn(self, session_id: str, turn_id: str, kind: str) -> asyncio.Task[None] | None:
+    def _named_paths(self, session_id: str, call: ToolCallBlock) -> set[str] | None:
+        """The file a Write or Edit names, relative to the root (None: any path may have changed)."""
+        path = call.args.get("path")
+        if call.name not in ("Write", "Edit") or not isinstance(path, str):
+            return None
+        try:
+            _target, rel = workspace.resolve(Path(self.p.session(session_id).root), path)
+        except (PideskError, ToolFailure):
+            return None
+        return {rel}
+
+    def _spawn(self, session_id: str, turn_id: str, kind: str, paths: set[str] | None) -> asyncio.Task[None] | None:
         try:
             root = Path(self.p.session(session_id).root)
         except PideskError:
@@ -116,10 +143,13 @@ class Checkpoints:
         if project.off is not None:
             self._note_off(project, session_id, turn_id)
             return None
-        if kind == "call" and project.queued == (session_id, turn_id):
-            return None  # the waiting one will see this call's changes too
+        key = (session_id, turn_id)
+        if kind == "call" and key in project.waiting:  # the waiting one looks at this call's paths too
+            known = project.waiting[key]
+            project.waiting[key] = None if known is None or paths is None else known | paths
+            return None
         if kind == "call":
-            project.queued = (session_id, turn_id)
+            project.waiting[key] = paths
         task = asyncio.create_task(self._record(project, session_id, turn_id, kind), name=f"checkpoint {turn_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -127,12 +157,12 @@ class Checkpoints:
 
     async def _record(self, project: _Project, session_id: str, turn_id: str, kind: str) -> None:
         async with project.lock:
-            if kind == "call" and project.queued == (session_id, turn_id):
-                project.queued = None
+            paths = project.waiting.pop((session_id, turn_id), None) if kind == "call" else None
             if project.off is not None:
                 return
             try:
-                tree = await project.repo.snapshot()
+                tree = await project.repo.snapshot(sorted(paths) if paths is not None else None,
+                                                   full=kind == "turn")
                 if kind == "turn" or tree != project.last:
                     entry: dict[str, str | None] = {"k": kind, "s": session_id, "t": turn_id, "tree": tree, "at": now_iso()}
                     if kind == "call":
@@ -164,11 +194,13 @@ class Checkpoints:
             log.exception("could not audit %s", action)
 
     async def close(self) -> None:
-        """Let the checkpoints in flight finish (the store closes after this)."""
+        """Let the checkpoints in flight finish (the store closes after this); stop the watches."""
         for _ in range(100):
             if not self._tasks:
-                return
+                break
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        for project in self._projects.values():
+            project.repo.close()
 
     # ---- session.changes ------------------------------------------------------------------
 
@@ -232,11 +264,11 @@ class Checkpoints:
                                "(a turn from before checkpoints, or of another session)")
             revert_id = new_id("rv")
             try:
-                current = await project.repo.snapshot()
+                current = await project.repo.snapshot(full=True)
                 note = {"root": session.root, "session": session.id, "turn": turn_id, "revertId": revert_id,
                         "from": current, "to": target, "at": now_iso()}
                 files = await project.repo.restore(current, target, note)
-                after = await project.repo.snapshot()
+                after = await project.repo.snapshot(full=True)
                 await asyncio.to_thread(project.repo.append, {
                     "k": "revert", "s": session.id, "id": revert_id, "t": turn_id, "prev": current, "tree": after,
                     "at": now_iso()}, durable=True)

@@ -141,8 +141,10 @@ class HostTurnContext:
         return await self.permissions.authorize(self.live, call)
 
     async def run_tool(self, call: ToolCallBlock) -> ToolOutcome:
+        changes = checkpoints.of(self.p)  # issue 17
+        await changes.before_call(self.live)  # the workspace as the turn found it is recorded first
         outcome = await self._dispatch(call)
-        checkpoints.of(self.p).after_call(self.live, call.name)  # the workspace as the call left it (issue 17)
+        changes.after_call(self.live, call)  # then as the call left it
         return outcome
 
     async def _dispatch(self, call: ToolCallBlock) -> ToolOutcome:

@@ -169,7 +169,7 @@ class DelegateContext:
         if tool is None:
             return ToolOutcome(ToolResult.error(Code.TOOL_NOT_FOUND, f"{call.name} is not available to a delegate"))
         outcome = ToolOutcome(await run_tool(tool, call.args))
-        checkpoints.of(self.p).after_call(self.live, call.name)  # the workspace as the call left it (issue 17)
+        checkpoints.of(self.p).after_call(self.live, call)  # the workspace as the call left it (issue 17)
         return outcome
 
     def may_end(self, nudged: bool) -> TurnEnd | Nudge:

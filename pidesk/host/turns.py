@@ -150,7 +150,7 @@ class Turns:
             if fail_before_model is not None:
                 end: TurnEnd = Failed(fail_before_model)
             else:
-                await checkpoints.of(self.p).before_turn(live)  # the workspace before the turn (issue 17)
+                checkpoints.of(self.p).before_turn(live)  # the workspace before the turn (issue 17)
                 assert self.context_factory is not None
                 ctx = await self.context_factory(live)
                 end = await run_turn(ctx, self.p.provider, self.p.gate)  # type: ignore[arg-type]

@@ -226,9 +226,12 @@ def test_sigusr1_writes_what_each_turn_awaits_and_the_host_carries_on(spawn, gat
             dump += os.read(stderr, 65536)
         return dump.decode().split(f"--- task turn {turn['turnId']}\n")[1].split("--- task ")[0]
 
-    # the turn first takes the workspace's checkpoint, then parks in the model's stream at its gate
+    # the turn reads its history (in a worker thread), then parks in the model's stream at its gate
+    def parked(stack: str) -> bool:
+        return " in stream\n" in stack and stack.splitlines()[-1].startswith("  waiting on <async_generator_asend")
+
     turn_stack = dump_turn()
-    while " in stream\n" not in turn_stack and time.monotonic() < deadline:
+    while not parked(turn_stack) and time.monotonic() < deadline:
         select.select([], [], [], 0.05)  # a pause between dumps, not a wait for the turn: it is asked again
         turn_stack = dump_turn()
     # from the turn's task down to the await it is parked at: the model's stream (an async generator,

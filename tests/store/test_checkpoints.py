@@ -130,3 +130,87 @@ async def test_issue17_checkpoint_files_are_private(tmp_path: Path, project: Pat
     assert (shadow.base.stat().st_mode & 0o777) == 0o700
     for path in shadow.base.rglob("*"):
         assert path.stat().st_mode & 0o077 == 0, path
+
+
+def _git_add_all_tree(root: Path, scratch: Path) -> str:
+    """The tree plain ``git add -A`` + ``write-tree`` makes of ``root`` (a throwaway repository)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_DIR=str(scratch), GIT_WORK_TREE=str(root), GIT_CONFIG_GLOBAL=os.devnull)
+    subprocess.run(["git", "init", "-q", "--template="], env=env, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=root, env=env, check=True)
+    return subprocess.run(["git", "write-tree"], cwd=root, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.mark.asyncio
+async def test_issue17_the_first_snapshot_is_the_tree_git_add_makes_of_awkward_names_links_and_modes(
+    tmp_path: Path, project: Path
+) -> None:
+    """Issue 17: the first snapshot (streamed through fast-import) records exactly what `git add -A`
+    would — names with quotes, spaces, a newline, a backslash and non-ASCII, a symlink, an
+    executable, a new directory — and leaves out ignored files and a nested repository."""
+    (project / ".gitignore").write_text("*.log\n")
+    awkward = ['"quoted".txt', "with space.txt", "new\nline.txt", "back\\slash.txt", "naïve ünïcode.md"]
+    for name in awkward:
+        (project / name).write_text(f"{name}\n")
+    (project / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (project / "run.sh").chmod(0o755)
+    (project / "link").symlink_to("src/app.py")
+    (project / "deep" / "er").mkdir(parents=True)
+    (project / "deep" / "er" / "x.txt").write_text("x\n")
+    (project / "debug.log").write_text("ignored\n")
+    expected = _git_add_all_tree(project, tmp_path / "reference.git")
+    (project / "vendor").mkdir()  # a nested repository (git add would refuse it: no commit)
+    _plain_git(project / "vendor", "init", "-q")
+    (project / "vendor" / "lib.py").write_text("nested\n")
+
+    shadow = ShadowRepo(tmp_path / "data", project)
+    assert await shadow.snapshot() == expected
+    # the index the first snapshot leaves behind is current: nothing changed, nothing listed
+    assert await shadow.snapshot() == expected
+
+
+@pytest.mark.asyncio
+async def test_issue17_a_narrowed_snapshot_records_the_named_paths_and_the_next_full_scan_the_rest(
+    tmp_path: Path, project: Path
+) -> None:
+    """Issue 17: without a watch of the root, a snapshot told which paths changed (a Write's or
+    Edit's file) records those — a new file, an edit, a deletion — and leaves other changes to the
+    next full scan, which finds them."""
+    shadow = ShadowRepo(tmp_path / "data", project)
+    shadow.watch.available = False  # as on a system without inotify
+    first = await shadow.snapshot()
+    (project / "src" / "app.py").write_text("print('edited')\n")
+    (project / "src" / "new.py").write_text("new\n")
+    (project / "README.md").write_text("# by hand\n")
+    narrowed = await shadow.snapshot(["src/app.py", "src/new.py"])
+    assert await shadow.changed_paths(first, narrowed) == {"src/app.py", "src/new.py"}
+    (project / "src" / "new.py").unlink()
+    gone = await shadow.snapshot(["src/new.py"])
+    assert await shadow.changed_paths(narrowed, gone) == {"src/new.py"}
+    assert await shadow.snapshot([]) == gone
+    full = await shadow.snapshot()
+    assert await shadow.changed_paths(gone, full) == {"README.md"}
+
+
+@pytest.mark.asyncio
+async def test_issue17_with_a_watch_a_snapshot_sees_hand_edits_and_spawns_no_git_when_nothing_changed(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17: the root's watch tells a snapshot where to look — a hand edit, a file in a new
+    directory tree — and when nothing changed the snapshot answers without running git."""
+    shadow = ShadowRepo(tmp_path / "data", project)
+    if not shadow.watch.available:
+        pytest.skip("inotify is not available here (Linux only)")
+    first = await shadow.snapshot()
+    (project / "README.md").write_text("# by hand\n")
+    (project / "new" / "deeper").mkdir(parents=True)
+    (project / "new" / "deeper" / "f.txt").write_text("f\n")
+    seen = await shadow.snapshot()
+    assert await shadow.changed_paths(first, seen) == {"README.md", "new/deeper/f.txt"}
+
+    def no_git(*args: object) -> None:
+        raise AssertionError(f"git ran: {args}")
+
+    monkeypatch.setattr(shadow, "_run_git", no_git)
+    assert await shadow.snapshot() == seen
