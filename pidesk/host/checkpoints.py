@@ -54,6 +54,10 @@ from pidesk.tools.base import ToolFailure
 log = logging.getLogger("pidesk.checkpoints")
 
 CHANGING_TOOLS = frozenset({"Write", "Edit", "Bash"})
+# Roots watched at once (store/treewatch.py). Each watch is an inotify instance, of which a user
+# has 128 by default, shared with editors and other tools: the least recently checkpointed root
+# beyond this stops watching (its next checkpoint scans in full and starts the watch again).
+MAX_WATCHED_ROOTS = 8
 PREVIEW_LIMIT = 1024 * 1024  # bytes of an existing file a permission preview reads
 
 
@@ -92,8 +96,10 @@ class Checkpoints:
         self._before: dict[str, asyncio.Task[None]] = {}  # turn id -> its "before" checkpoint, while it runs
 
     def _project(self, root: Path) -> _Project:
-        project = self._projects.get(root)
-        if project is None:
+        project = self._projects.pop(root, None)  # re-inserted last: the dict runs oldest use first
+        if project is not None:
+            self._projects[root] = project
+        else:
             limits = {k: v for k, v in (("size_cap", self.size_cap), ("max_files", self.max_files)) if v is not None}
             shadow = ShadowRepo(self.p.store.data_dir, root, faults=self.p.store.faults, **limits)
             project = self._projects[root] = _Project(shadow)
@@ -155,7 +161,14 @@ class Checkpoints:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    def _unwatch_idle_roots(self) -> None:
+        watching = [p for p in self._projects.values() if p.repo.watch.watching]
+        for project in watching[:max(0, len(watching) - MAX_WATCHED_ROOTS)]:
+            if not project.lock.locked():  # a snapshot in flight may be reading its watch
+                project.repo.close()
+
     async def _record(self, project: _Project, session_id: str, turn_id: str, kind: str) -> None:
+        self._unwatch_idle_roots()
         async with project.lock:
             paths = project.waiting.pop((session_id, turn_id), None) if kind == "call" else None
             if project.off is not None:

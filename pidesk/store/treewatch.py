@@ -138,6 +138,10 @@ class TreeWatch:
             self.close()
             return None
 
+    @property
+    def watching(self) -> bool:
+        return self._fd >= 0
+
     def close(self) -> None:
         if self._fd >= 0:
             with contextlib.suppress(OSError):

@@ -212,3 +212,33 @@ async def test_issue17_finished_turn_event_order_lets_a_client_read_changes_at_t
     turn = await prompt(host, s["id"])
     await sub.wait_for(lambda e: isinstance(e, ev.TurnEnded))
     assert set(_files(await host.call("session.changes", {"sessionId": s["id"]}), turn["turnId"])) == {"last.txt"}
+
+
+async def test_issue17_roots_beyond_the_watched_few_stop_watching_and_still_record_every_change(
+    host, provider, tmp_path, monkeypatch
+):
+    """Issue 17: a host watches a few roots at once (each watch is one of the user's 128 inotify
+    instances); the least recently checkpointed root stops watching, and a change made there
+    meanwhile is still recorded under the next turn that makes one."""
+    monkeypatch.setattr(checkpoints, "MAX_WATCHED_ROOTS", 1)
+    roots = []
+    for name in ("one", "two"):
+        root = tmp_path / name
+        root.mkdir()
+        (root / "a.txt").write_text(f"{name}\n")
+        roots.append(root)
+    one, two = [(await session(host, root, permissionMode="auto"))["id"] for root in roots]
+    await _turn(host, provider, one, tool("Bash", command="echo 1 > b.txt"))
+    repos = {r: checkpoints.of(host.parts)._project(r).repo for r in roots}
+    if not repos[roots[0]].watch.available:
+        pytest.skip("inotify is not available here (Linux only)")
+    assert repos[roots[0]].watch.watching
+    await _turn(host, provider, two, tool("Bash", command="echo 2 > b.txt"))
+    assert repos[roots[1]].watch.watching and not repos[roots[0]].watch.watching
+    (roots[0] / "by-hand.txt").write_text("unwatched\n")
+    last = await _turn(host, provider, one, tool("Bash", command="echo 3 > c.txt"))
+    changes = await host.call("session.changes", {"sessionId": one, "turnId": last})
+    assert set(_files(changes, last)) == {"c.txt"}  # the hand edit came before the turn: not its change
+    assert repos[roots[0]].watch.watching and not repos[roots[1]].watch.watching
+    reverted = await host.call("session.revert", {"sessionId": one, "turnId": last})
+    assert reverted["files"] == ["c.txt"] and (roots[0] / "by-hand.txt").exists()
