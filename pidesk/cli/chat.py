@@ -76,6 +76,28 @@ BACKSPACE = ("\x7f", "\b")
 PLAN_CHOICES = {"a": "ask", "e": "accept-edits", "u": "auto", "r": "reject"}
 PERMISSION_CHOICES = {"y": "allow once", "s": "allow for this session", "n": "deny"}
 UNDO_CHOICES = {"y": "revert", "n": "keep everything"}
+
+
+def last_undoable(turns: list[dict[str, Any]]) -> int | None:
+    """The index, in ``session.changes``' list, of the newest turn whose changes still stand: a
+    revert undoes its turn and every later one, and a revert of a revert puts back what that undid."""
+    position = {t["turnId"]: i for i, t in enumerate(turns)}
+    taken_back: set[str] = set()  # reverts a later revert undid
+    i = len(turns) - 1
+    while i >= 0:
+        turn = turns[i]
+        if not turn.get("revert"):
+            if turn["files"]:
+                return i
+            i -= 1
+        elif turn["turnId"] in taken_back or turn.get("revertOf") not in position:
+            i -= 1
+        elif turns[position[turn["revertOf"]]].get("revert"):
+            taken_back.add(turn["revertOf"])
+            i -= 1
+        else:
+            i = position[turn["revertOf"]] - 1  # that turn and all after it are undone
+    return None
 DIFF_LINES = 400  # lines of one file's diff shown in the terminal; `pidesk diff` prints it whole
 HELP = """\
 Keys: Enter sends (queued while a turn runs) · Shift+Tab cycles agent → plan → goal while idle ·
@@ -117,7 +139,6 @@ class Chat:
         self.permissions: dict[str, dict[str, Any]] = {}  # pending permission requests by id
         self.dismissed: set[str] = set()  # ids whose prompt Esc put away
         self.decision: Decision | None = None
-        self.undone: set[str] = set()  # turns this chat reverted (session.changes does not say a revert's turn)
 
     # ---- output --------------------------------------------------------------------
 
@@ -555,8 +576,7 @@ class Chat:
             self.say("a turn is running: /undo once it has ended (Esc stops it, Ctrl+C aborts it)", "red")
             return
         turns, note = await self.changed_turns()
-        index = next((i for i in range(len(turns) - 1, -1, -1) if turns[i]["files"] and not turns[i].get("revert")
-                      and turns[i]["turnId"] not in self.undone), None)
+        index = last_undoable(turns)
         if index is None:
             self.say("no turn of this session has changed a file: nothing to undo" + (f" ({note})" if note else ""),
                      "dim")
@@ -590,7 +610,6 @@ class Chat:
             else:
                 self.say(f"{exc.code}: {exc.message}", "red")
             return
-        self.undone.update([item["turnId"], *item["later"]])
         files = result["files"]
         self.say(f"[reverted {len(files)} file{'s' if len(files) != 1 else ''}"
                  + (": " + ", ".join(files) if files else "") + "]", "bold")

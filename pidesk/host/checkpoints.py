@@ -238,7 +238,8 @@ class Checkpoints:
                 try:
                     if revert is not None:
                         files = await project.repo.diff(revert["prev"], revert["tree"])
-                        out.append({"turnId": item_id, "revert": True, "files": [vars(f) for f in files]})
+                        out.append({"turnId": item_id, "revert": True, "revertOf": revert.get("t"),
+                                    "files": [vars(f) for f in files]})
                     else:
                         out.append({"turnId": item_id, "files": await self._turn_files(project, entries, item_id)})
                 except CheckpointError as exc:

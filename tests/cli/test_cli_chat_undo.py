@@ -121,3 +121,19 @@ async def test_an_older_host_without_session_context_prints_nothing(make_host: A
         await Chat(link, session, Console(file=screen, width=100)).show_context()
         assert screen.getvalue() == shown
         await link.__aexit__(None, None, None)
+
+
+@pytest.mark.asyncio
+async def test_undo_in_a_new_chat_skips_turns_an_earlier_revert_undid(rig: Rig, project: Path) -> None:
+    """Issue 17: /undo offers the newest turn whose changes still stand, as the host's list says —
+    not a turn a revert (made by another chat, the CLI or the web UI) already undid; and after a
+    revert of that revert, the turn stands again and is offered."""
+    sid = rig.session["id"]
+    turns = (await rig.chat.link.call("session.changes", {"sessionId": sid}))["turns"]
+    first = turns[-1]["turnId"]
+    undone = await rig.chat.link.call("session.revert", {"sessionId": sid, "turnId": first})  # as elsewhere
+    await rig.chat.submit("/undo")
+    await rig.screen.expect("nothing to undo")
+    await rig.chat.link.call("session.revert", {"sessionId": sid, "turnId": undone["revertId"]})
+    await rig.chat.submit("/undo")
+    await rig.screen.expect(f"state before turn {first}")

@@ -84,7 +84,10 @@ async def test_issue17_revert_restores_before_the_turn_leaves_ignored_files_and_
     assert audited and sorted(audited[0]["detail"]["files"]) == sorted(result["files"])
     listed = (await host.call("session.changes", {"sessionId": sid}))["turns"]
     assert listed[-1]["turnId"] == result["revertId"] and listed[-1].get("revert") is True
+    assert listed[-1]["revertOf"] == first
     again = await host.call("session.revert", {"sessionId": sid, "turnId": result["revertId"]})
+    listed = (await host.call("session.changes", {"sessionId": sid}))["turns"]
+    assert listed[-1]["turnId"] == again["revertId"] and listed[-1]["revertOf"] == result["revertId"]
     assert sorted(again["files"]) == sorted(result["files"])
     assert (project / "README.md").read_text() == "rewritten\n"
     assert (project / "later.txt").read_text() == "later\n"
