@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
+import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,7 @@ CHANGING_TOOLS = frozenset({"Write", "Edit", "Bash"})
 # has 128 by default, shared with editors and other tools: the least recently checkpointed root
 # beyond this stops watching (its next checkpoint scans in full and starts the watch again).
 MAX_WATCHED_ROOTS = 8
+RECHECK_S = 300.0  # a root too large to checkpoint is counted again by a turn starting this much later
 PREVIEW_LIMIT = 1024 * 1024  # bytes of an existing file a permission preview reads
 
 
@@ -67,6 +69,7 @@ class _Project:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last: str | None = None  # the tree of the last checkpoint recorded
     off: str | None = None  # why checkpoints are off for this root
+    off_since: float = 0.0  # time.monotonic() when they went off
     note: str | None = None  # the last failure, until a checkpoint succeeds
     # the call checkpoints waiting for the lock, by (session, turn): the paths they are to look at
     # (None: everywhere) — a later call of the same turn adds its paths to the waiting one
@@ -146,6 +149,8 @@ class Checkpoints:
         except PideskError:
             return None
         project = self._project(root)
+        if project.off is not None and kind == "turn" and time.monotonic() - project.off_since >= RECHECK_S:
+            project.off = None  # files may have gone (or been ignored) since: count again
         if project.off is not None:
             self._note_off(project, session_id, turn_id)
             return None
@@ -185,6 +190,7 @@ class Checkpoints:
                 project.note = None
             except TooLarge as exc:
                 project.off = f"checkpoints are off for this project: {exc}"
+                project.off_since = time.monotonic()
                 self._note_off(project, session_id, turn_id)
             except Exception as exc:  # a checkpoint never fails the turn
                 log.warning("checkpoint of %s failed: %s", project.repo.root, exc)

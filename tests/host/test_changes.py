@@ -187,6 +187,27 @@ async def test_issue17_a_workspace_too_large_turns_checkpoints_off_with_a_note_n
         await host.call("session.revert", {"sessionId": s["id"], "turnId": turn})
 
 
+async def test_issue17_checkpoints_come_back_once_a_too_large_workspace_has_shrunk(
+    host, provider, project, monkeypatch
+):
+    """Issue 17: a workspace over the file limit is counted again by a turn starting RECHECK_S later;
+    once it is under the limit (files removed, or ignored), that turn's changes are recorded."""
+    checkpoints.of(host.parts).max_files = 2
+    (project / "extra.txt").write_text("one file too many\n")
+    s = await session(host, project, permissionMode="auto")
+    await _turn(host, provider, s["id"], tool("Write", path="x.txt", content="x\n"))
+    assert "checkpoints are off" in (await host.call("session.changes", {"sessionId": s["id"]}))["note"]
+    (project / "extra.txt").unlink()
+    (project / "x.txt").unlink()
+    await _turn(host, provider, s["id"], tool("Write", path="y.txt", content="y\n"))  # too soon: still off
+    assert "checkpoints are off" in (await host.call("session.changes", {"sessionId": s["id"]}))["note"]
+    monkeypatch.setattr(checkpoints, "RECHECK_S", 0.0)
+    (project / "y.txt").unlink()
+    turn = await _turn(host, provider, s["id"], tool("Write", path="README.md", content="z\n"))
+    changes = await host.call("session.changes", {"sessionId": s["id"]})
+    assert changes["note"] is None and set(_files(changes, turn)) == {"README.md"}
+
+
 async def test_issue17_a_temporary_session_outside_any_git_repository_is_checkpointed(host, provider):
     """Issue 17: a project that is not a git repository (here a temporary session's scratch root)
     gets checkpoints and reverts like any other."""
