@@ -96,6 +96,7 @@ class Checkpoints:
         self.max_files: int | None = None
         self._projects: dict[Path, _Project] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._roots: dict[str, Path] = {}  # session id -> its root
         self._before: dict[str, asyncio.Task[None]] = {}  # turn id -> its "before" checkpoint, while it runs
 
     def _project(self, root: Path) -> _Project:
@@ -135,18 +136,28 @@ class Checkpoints:
     def _named_paths(self, session_id: str, call: ToolCallBlock) -> set[str] | None:
         """The file a Write or Edit names, relative to the root (None: any path may have changed)."""
         path = call.args.get("path")
-        if call.name not in ("Write", "Edit") or not isinstance(path, str):
+        root = self._root(session_id)
+        if call.name not in ("Write", "Edit") or not isinstance(path, str) or root is None:
             return None
         try:
-            _target, rel = workspace.resolve(Path(self.p.session(session_id).root), path)
-        except (PideskError, ToolFailure):
+            _target, rel = workspace.resolve(root, path)
+        except ToolFailure:
             return None
         return {rel}
 
+    def _root(self, session_id: str) -> Path | None:
+        """A session's project root (a session keeps its root for life: asked of the store once)."""
+        root = self._roots.get(session_id)
+        if root is None:
+            try:
+                root = self._roots[session_id] = Path(self.p.session(session_id).root)
+            except PideskError:
+                return None
+        return root
+
     def _spawn(self, session_id: str, turn_id: str, kind: str, paths: set[str] | None) -> asyncio.Task[None] | None:
-        try:
-            root = Path(self.p.session(session_id).root)
-        except PideskError:
+        root = self._root(session_id)
+        if root is None:
             return None
         project = self._project(root)
         if project.off is not None and kind == "turn" and time.monotonic() - project.off_since >= RECHECK_S:

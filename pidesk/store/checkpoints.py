@@ -266,7 +266,8 @@ class ShadowRepo:
         full scan, which it would otherwise report again next time."""
         if not self.watch.available:
             return None if paths is None or full else set(paths)
-        watched = await asyncio.to_thread(self.watch.changes)
+        # nothing seen: no worker thread either (the drain may walk new directories: it takes one)
+        watched = set() if self.watch.quiet() else await asyncio.to_thread(self.watch.changes)
         if watched is None:
             await self._start_watch()  # before the full scan: what changes during it shows next time
             return None

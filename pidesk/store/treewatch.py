@@ -38,6 +38,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import select
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -141,6 +142,10 @@ class TreeWatch:
     @property
     def watching(self) -> bool:
         return self._fd >= 0
+
+    def quiet(self) -> bool:
+        """Watching, and no event has come since the last look (one poll: cheap on any thread)."""
+        return self._fd >= 0 and not select.select([self._fd], [], [], 0)[0]
 
     def close(self) -> None:
         if self._fd >= 0:
