@@ -136,7 +136,7 @@ class ShadowRepo:
         self.faults = faults
         self._env = _env(self.git_dir, root)
         self._ready = False
-        self.tracked = 0  # files in the shadow index (kept up to date by snapshot)
+        self._tracked: set[str] | None = None  # the paths in the shadow index; None: to be read again
         self._tree: str | None = None  # the tree of the index as it stands, when known
         self.watch = TreeWatch(root)
 
@@ -205,8 +205,6 @@ class ShadowRepo:
         await asyncio.to_thread(self._write_config)
         (self.git_dir / "index.lock").unlink(missing_ok=True)  # a crashed host's
         await asyncio.to_thread(self._write_excludes, [])
-        if (self.git_dir / "index").exists():
-            self.tracked = (await self._git("ls-files", "-z")).count(b"\0")
         self._ready = True
 
     def _write_config(self) -> None:
@@ -250,16 +248,58 @@ class ShadowRepo:
             return await self._first_snapshot()
         if scope is not None and not scope and self._tree is not None:
             return self._tree  # nothing can have changed: no git at all
-        changed, added = await self._scan(scope)
+        if self._tracked is None:
+            self._tracked = {os.fsdecode(p) for p in (await self._git("ls-files", "-z")).split(b"\0") if p}
+        direct, scope = self._split_tracked(self._tracked, scope)
+        changed = direct
+        if scope is None or scope:
+            changed += await self._scan(self._tracked, scope)
         if not changed and self._tree is not None:  # the index is the last tree's: no write-tree
             return self._tree
         if changed:
             self._tree = None  # the index is about to move on; until write-tree says where, unknown
+            tracked, self._tracked = self._tracked, None  # likewise the paths it holds
             await self._git("update-index", "--add", "--remove", "-z", "--stdin",
                             stdin=b"".join(os.fsencode(p) + b"\0" for p in changed))
-            self.tracked += added
+            self._tracked = self._after_update(tracked, changed)
         self._tree = (await self._git("write-tree")).decode().strip()
         return self._tree
+
+    def _split_tracked(self, tracked: set[str], scope: set[str] | None) -> tuple[list[str], set[str] | None]:
+        """Of the paths in ``scope``, the tracked files (gone, or a file or link still): ``update-index``
+        takes those as they are, no listing needed (an ignore rule never applies to a tracked file).
+        The rest — new paths, directories — is for ``ls-files`` to sort out."""
+        if scope is None:
+            return [], None
+        direct: list[str] = []
+        rest: set[str] = set()
+        for path in scope:
+            if path in tracked:
+                try:
+                    if not stat.S_ISDIR(os.lstat(self.root / path).st_mode):
+                        direct.append(path)
+                        continue
+                except FileNotFoundError:
+                    direct.append(path)
+                    continue
+                except OSError:
+                    pass
+            rest.add(path)
+        return direct, rest
+
+    def _after_update(self, tracked: set[str], changed: list[str]) -> set[str]:
+        """The index's paths once ``update-index --add --remove`` took ``changed``: each one there
+        if it is a file or a link now, gone if it is missing or a directory."""
+        for path in changed:
+            try:
+                present = not stat.S_ISDIR(os.lstat(self.root / path).st_mode)
+            except OSError:
+                present = False
+            if present:
+                tracked.add(path)
+            else:
+                tracked.discard(path)
+        return tracked
 
     async def _scope(self, paths: Sequence[str] | None, full: bool) -> set[str] | None:
         """Where the scan is to look (None: everywhere). The watch's news is taken even for a
@@ -273,9 +313,9 @@ class ShadowRepo:
             return None
         return None if full else watched | set(paths or ())
 
-    async def _scan(self, scope: set[str] | None) -> tuple[list[str], int]:
-        """The paths (within ``scope``) that differ from the index, and how many files that adds
-        to it less those it drops. New files over the size cap are excluded for good instead."""
+    async def _scan(self, tracked: set[str], scope: set[str] | None) -> list[str]:
+        """The paths (within ``scope``) that differ from the index. New files over the size cap are
+        excluded for good instead; more files than ``max_files`` raise ``TooLarge``."""
         scan = ["ls-files", "-z", "-t", "-m", "-d", "-o", "--exclude-standard"]
         if scope:
             scan += ["--", *(f":(literal){p}" for p in sorted(scope))]
@@ -302,11 +342,11 @@ class ShadowRepo:
             elif tag == b"R":
                 added -= 1
             changed.append(path)
-        if self.tracked + added > self.max_files:
+        if len(tracked) + added > self.max_files:
             raise TooLarge(f"{self.root} holds more than {self.max_files} files after ignores")
         if large:
             await asyncio.to_thread(self._write_excludes, large)
-        return changed, added
+        return changed
 
     async def _start_watch(self) -> None:
         """Watch the root's directories but ``.pi/``, the data dir and those a pattern ignores by
@@ -337,7 +377,7 @@ class ShadowRepo:
         paths = [os.fsdecode(p) for p in listed if p and not p.endswith(b"/")]  # "dir/": a nested repository
         if len(paths) > self.max_files:
             raise TooLarge(f"{self.root} holds more than {self.max_files} files after ignores")
-        imported: list[int] = []
+        imported: list[list[str]] = []
         large: list[str] = []
         await self._git("fast-import", "--quiet", "--done", "--force",
                         stdin=lambda pipe: imported.append(self._stream_import(paths, pipe, large)))
@@ -345,14 +385,15 @@ class ShadowRepo:
             await asyncio.to_thread(self._write_excludes, large)
         await self._git("read-tree", FIRST_REF)
         await self._git("update-index", "-q", "--refresh", ok=(0, 1))  # 1: a file changed meanwhile
-        self.tracked = imported[0] if imported else 0
+        self._tracked = set(imported[0]) if imported else None
         self._tree = (await self._git("write-tree")).decode().strip()  # the cache tree read-tree primed
         return self._tree
 
-    def _stream_import(self, paths: list[str], pipe: IO[bytes], large: list[str]) -> int:
+    def _stream_import(self, paths: list[str], pipe: IO[bytes], large: list[str]) -> list[str]:
         """Write a fast-import stream of ``paths`` (regular files and symlinks; files over the
-        size cap go to ``large``) as one commit on ``FIRST_REF``. Returns the files imported."""
+        size cap go to ``large``) as one commit on ``FIRST_REF``. Returns the paths imported."""
         entries: list[bytes] = []
+        imported: list[str] = []
         for path in paths:
             full = self.root / path
             try:
@@ -375,10 +416,11 @@ class ShadowRepo:
             pipe.write(data)
             pipe.write(b"\n")
             entries.append(b"M %s :%d %s\n" % (mode, mark, _import_path(os.fsencode(path))))
+            imported.append(path)
         pipe.write(b"commit %s\ncommitter pidesk <pidesk> 0 +0000\ndata 0\n" % FIRST_REF.encode())
         pipe.write(b"".join(entries))
         pipe.write(b"\ndone\n")
-        return len(entries)
+        return imported
 
     # ---- diffs --------------------------------------------------------------------------
 
