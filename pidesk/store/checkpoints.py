@@ -15,16 +15,18 @@ dropped, and neither the system nor the user's global git configuration read
 never opened: git skips any path named ``.git`` in a work tree, and nothing here
 names it. Git runs with umask 077, so everything it writes is private.
 
-A snapshot is one scan of the root — ``ls-files -t -m -d -o --exclude-standard``
-against the shadow index, which holds the previous snapshot — then, only if it
-listed anything, ``update-index`` of exactly those paths and ``write-tree``: one
-git process when nothing changed, three when something did. A caller that knows
-which paths can have changed (a Write or Edit names its file) narrows the scan to
-them, which costs the reading of the index rather than a stat of every file. The
-first snapshot of a root streams its files through ``fast-import`` into one pack
-(a loose object per file and per directory costs ~0.1 ms of file-system work
-each) and reads the index from that tree. The
-project's ``.gitignore`` files are honoured; the shadow's ``info/exclude`` adds
+A snapshot looks only where something may have changed since the last one: the
+paths the root's inotify watch (``store/treewatch.py``) saw change — none, and
+no git runs at all — or, without a watch, the file a Write or Edit names. A
+tracked file among them goes straight to ``update-index`` (no ignore rule
+applies to a tracked file); anything else is listed by ``ls-files -t -m -d -o
+--exclude-standard -- <paths>`` against the shadow index, which holds the
+previous snapshot; then ``write-tree``. When the watch cannot vouch for its
+answer, at each turn's start and for a revert, the listing covers the whole
+root (a stat of every file). The first snapshot of a root streams its files
+through ``fast-import`` into one pack (a loose object per file and per directory
+costs ~0.1 ms of file-system work each) and reads the index from that tree.
+The project's ``.gitignore`` files are honoured; the shadow's ``info/exclude`` adds
 ``/.pi/``, the data dir when it lies inside the root, and new files over
 ``size_cap`` bytes (listed once, by path). Nested repositories are not entered.
 A root with more than ``max_files`` files after ignores raises ``TooLarge``.
