@@ -95,6 +95,11 @@ class HostConfig:
     # how long a provider keeps trying: retries, Retry-After cap, stream idle time (providers/retry.py)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
+    def __post_init__(self) -> None:
+        # absolute: git runs in a project's root, Bash in its cwd, and a relative data dir
+        # (``--data-dir data``) would name a different place from each
+        object.__setattr__(self, "data_dir", Path(self.data_dir).expanduser().absolute())
+
     def model_settings(self, model: str | None = None) -> Mapping[str, Any]:
         """The config file's table for ``model`` (default: the configured model), or an empty one."""
         settings = self.models.get(model or self.model, {})

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 
-def pidesk(*args: str, data_dir: Path, stdin: str = "", check: bool = True) -> subprocess.CompletedProcess[str]:
+def pidesk(*args: str, data_dir: Path, stdin: str = "", check: bool = True,
+           cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([sys.executable, "-m", "pidesk", *args, "--data-dir", str(data_dir)],
-                          capture_output=True, text=True, timeout=60, input=stdin)
+                          capture_output=True, text=True, timeout=60, input=stdin, cwd=cwd)
     if check:
         assert done.returncode == 0, done.stderr
     return done
@@ -50,3 +51,20 @@ def test_issue17_revert_of_an_unknown_turn_is_a_code_not_a_traceback(project, da
     session_id = json.loads(pidesk("sessions", "new", str(project), "--json", data_dir=data_dir).stdout)["id"]
     done = pidesk("revert", session_id, "--turn", "t_missing", "--yes", data_dir=data_dir, check=False)
     assert done.returncode == 2 and "NOT_FOUND" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_issue17_a_relative_data_dir_still_records_changes(project, tmp_path):
+    """A data dir given as a relative path (`--data-dir data`) is the same place for every part of the
+    host: checkpoints ran git in the project's root, where `data` named another folder, and every
+    checkpoint failed."""
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps({"responses": [
+        {"toolCalls": [{"name": "Write", "args": {"path": "made.txt", "content": "made\n"}}]}, {"text": "Done."}]}))
+    relative = Path("data")
+    run = pidesk("run", str(project), "make a file", "--model", f"scripted/{script}", "--permission", "auto",
+                 data_dir=relative, cwd=tmp_path)
+    assert "checkpoint" not in run.stderr, run.stderr
+    session_id = json.loads(pidesk("sessions", "list", "--json", data_dir=relative, cwd=tmp_path).stdout)[0]["id"]
+    [turn] = json.loads(pidesk("diff", session_id, "--json", data_dir=relative, cwd=tmp_path).stdout)["turns"]
+    assert [f["path"] for f in turn["files"]] == ["made.txt"]
+    assert (tmp_path / "data" / "checkpoints").is_dir() and not (project / "data").exists()
