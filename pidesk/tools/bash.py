@@ -24,11 +24,13 @@ are kept, with a note of how much was cut.
 Nor does a group outlive the host (issue 15, item 7). Every shell starts gated:
 it waits for its command (a spare) or for a go-ahead line (a cold shell, whose
 command is in its argv) on a pipe from the host, and exits without running
-anything if that pipe closes first. Between the spawn and that first byte the
-group is guarded (``tools/watchdog.py``): written to the durable record
+anything if that pipe closes first. Before that first byte the group is
+guarded (``tools/watchdog.py``): written to the durable record
 (``process_groups``, the store's ``process-groups`` file) and told to the
-host's watchdog, which kills it if the host dies. Once the group has stopped,
-it is forgotten again; a group that would not stop stays recorded for boot.
+host's watchdog, which kills it if the host dies. A spare is guarded as soon as
+it has started, while it waits (off the call that will use it); a cold shell
+between its spawn and the go-ahead. Once the group has stopped, it is forgotten
+again; a group that would not stop stays recorded for boot.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from typing import Any, Final
 from pidesk.core.errors import Code
 from pidesk.tools.base import ToolFailure, ToolResult, optional_int, require_str
 from pidesk.tools.children import exit_code
-from pidesk.tools.watchdog import GroupRecord, Guarded, guard, release
+from pidesk.tools.watchdog import GroupRecord, Guarded, guard, keep_guarded, release
 
 log = logging.getLogger("pidesk.tools.bash")
 
@@ -161,7 +163,7 @@ class Bash:
         self.read_only = read_only
         self.process_groups = process_groups
         self.bash = shutil.which("bash") or "/bin/bash"
-        self._spare: asyncio.Future[_Started] | None = None  # the next call's shell, maybe still starting
+        self._spare: asyncio.Future[_Shell] | None = None  # the next call's shell, maybe still starting
         self._spare_born = 0.0
         self._closed = False
 
@@ -215,19 +217,21 @@ class Bash:
             return
         await asyncio.wait({spare}, timeout=_KILL_WAIT_S)
         if not spare.done():
-            spare.add_done_callback(_discard)
+            spare.add_done_callback(self._discard)
             return
-        _discard(spare)
+        self._discard(spare)
         if not spare.cancelled() and spare.exception() is None:
             await asyncio.wait({spare.result()[1].exited}, timeout=_KILL_WAIT_S)
 
-    async def _start(self, command: str) -> tuple[asyncio.SubprocessTransport, _Collector, Guarded | None]:
-        """The command running: in the spare shell if there is a fresh one, else in a new (gated) shell;
-        its group guarded before the shell gets the first byte that lets it run anything."""
+    async def _start(self, command: str) -> _Shell:
+        """The command running: in the spare shell if there is a fresh one (guarded since it started),
+        else in a new (gated) shell, guarded here; either way before the shell gets the first byte that
+        lets it run anything."""
         data = command.encode() + b"\0"
         spare = await self._take_spare() if len(data) <= WARM_LIMIT else None
         if spare is not None:
-            transport, collector = spare
+            transport, collector, guarded = spare
+            keep_guarded(guarded)
         else:
             data = b"\n"  # the go-ahead: the command is in the argv
             argv = ["-c", _RUN_WHEN_TOLD, self.bash, command]
@@ -239,40 +243,56 @@ class Bash:
                 raise
             except OSError as exc:
                 raise ToolFailure(None, f"Bash: cannot start {self.bash} in {self.root}: {exc}") from None
-        try:
-            guarded = guard(transport.get_pid(), self.process_groups)
-        except OSError as exc:  # not recorded: it must not run (nothing of it has)
-            _signal_group(transport.get_pid(), signal.SIGKILL)
-            collector.exited.add_done_callback(lambda _: transport.close())
-            raise ToolFailure(None, f"Bash: cannot record the command's process group, so it was not run: {exc}; "
-                                    "check that the data directory is writable") from None
+            try:
+                guarded = guard(transport.get_pid(), self.process_groups)
+            except OSError as exc:  # not recorded: it must not run (nothing of it has)
+                _retire((transport, collector, None), self.process_groups)
+                raise ToolFailure(None, f"Bash: cannot record the command's process group, so it was not run: "
+                                        f"{exc}; check that the data directory is writable") from None
         stdin = transport.get_pipe_transport(0)
         assert isinstance(stdin, asyncio.WriteTransport)
         stdin.write(data)
         stdin.close()
         if self._spare is None and not self._closed and not self.read_only:  # (a sandbox is per call)
-            self._spare = asyncio.ensure_future(self._spawn(["-c", _WAIT_FOR_COMMAND], stdin=subprocess.PIPE))
+            self._spare = asyncio.ensure_future(self._spawn_spare())
             self._spare_born = asyncio.get_running_loop().time()
         return transport, collector, guarded
 
-    async def _take_spare(self) -> _Started | None:
+    async def _spawn_spare(self) -> _Shell:
+        """The next call's shell, guarded as soon as it runs: the call that takes it hands it the command
+        with nothing left to record (the record and the watchdog cost ~0.15 ms a call when done there)."""
+        transport, collector = await self._spawn(["-c", _WAIT_FOR_COMMAND], stdin=subprocess.PIPE)
+        try:
+            guarded = guard(transport.get_pid(), self.process_groups)
+        except OSError:  # not recorded: never used; the call starts a cold shell, which reports why
+            _retire((transport, collector, None), self.process_groups)
+            raise
+        return transport, collector, guarded
+
+    async def _take_spare(self) -> _Shell | None:
         spare, self._spare = self._spare, None
         if spare is None:
             return None
         if asyncio.get_running_loop().time() - self._spare_born > SPARE_MAX_AGE_S:
-            spare.add_done_callback(_discard)
+            spare.add_done_callback(self._discard)
             return None
         try:
-            transport, collector = await asyncio.shield(spare)  # (its spawn is all but done)
+            shell = await asyncio.shield(spare)  # (its spawn is all but done)
         except asyncio.CancelledError:
-            spare.add_done_callback(_discard)
+            spare.add_done_callback(self._discard)
             raise
         except OSError:
             return None
-        if transport.get_returncode() is not None:  # killed meanwhile: start afresh
-            transport.close()
+        if shell[0].get_returncode() is not None:  # killed meanwhile: start afresh
+            _retire(shell, self.process_groups)
             return None
-        return transport, collector
+        return shell
+
+    def _discard(self, spare: asyncio.Future[_Shell]) -> None:
+        """Kill a spare shell nobody will use, once it has started."""
+        if spare.cancelled() or spare.exception() is not None:
+            return
+        _retire(spare.result(), self.process_groups)
 
     async def _spawn(self, argv: list[str], *, stdin: int) -> _Started:
         prefix = read_only_sandbox(self.root) if self.read_only else []
@@ -291,6 +311,7 @@ class Bash:
 
 
 _Started = tuple[asyncio.SubprocessTransport, _Collector]
+_Shell = tuple[asyncio.SubprocessTransport, _Collector, Guarded | None]  # a shell and its guarded group
 
 # What a spare shell runs: wait for a NUL-terminated command on stdin (for at most
 # SPARE_IDLE_S; at EOF, when the host has gone, run nothing), then run it as
@@ -309,18 +330,23 @@ _RUN_WHEN_TOLD = (
 )
 
 
-def _discard(spare: asyncio.Future[_Started]) -> None:
-    """Kill a spare shell nobody will use (its group: it has run nothing, but be thorough)."""
-    if spare.cancelled() or spare.exception() is not None:
-        return
-    transport, collector = spare.result()
-    if transport.get_returncode() is not None:
+def _retire(shell: _Shell, record: GroupRecord | None) -> None:
+    """Kill a shell that has run nothing and never will (its group, to be thorough); once it is gone,
+    close its transport and forget its group (a group that would not stop stays guarded)."""
+    transport, collector, guarded = shell
+
+    def gone(_: object = None) -> None:
         transport.close()
+        if not _group_running(transport.get_pid()):
+            release(guarded, record)
+
+    if transport.get_returncode() is not None:
+        gone()
         return
     _signal_group(transport.get_pid(), signal.SIGKILL)
     # Closed once the child watcher has reaped it: closing a transport whose exit is not yet
     # reported polls the process, which would reap it first and leave the watcher a stale pid.
-    collector.exited.add_done_callback(lambda _: transport.close())
+    collector.exited.add_done_callback(gone)
 
 
 async def _wait_exit(pid: int, collector: _Collector, timeout: float) -> bool:

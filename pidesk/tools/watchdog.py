@@ -46,6 +46,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -83,6 +84,14 @@ def guard(pgid: int, record: GroupRecord | None) -> Guarded | None:
         record.add(pgid, start, boot_id())
     WATCHDOG.watch(pgid, start)
     return pgid, start
+
+
+def keep_guarded(guarded: Guarded | None) -> None:
+    """A group guarded a while ago (a spare shell, guarded when it started) is about to run its command:
+    make sure a watchdog that knows it is still there. One that died meanwhile is started again and told
+    every group still watched, as a failed write in ``guard`` would have it."""
+    if guarded is not None:
+        WATCHDOG.ensure()
 
 
 def release(guarded: Guarded | None, record: GroupRecord | None) -> None:
@@ -129,6 +138,15 @@ class Watchdog:
                 return
             del self._live[(pgid, start)]
             self._send(f"- {pgid} {start}\n".encode())
+
+    def ensure(self) -> None:
+        """Start the watchdog again if it has gone (no reader on its pipe), telling it every group watched."""
+        with self._lock:
+            if self._fd is not None:
+                if not _reader_gone(self._fd):
+                    return
+                log.warning("the tool watchdog (pid %s) is gone; starting another", self.pid)
+            self._restart()  # (none running: one that could not start is tried again only after _RETRY_S)
 
     @property
     def pid(self) -> int | None:
@@ -208,6 +226,13 @@ class Watchdog:
         self._close_fd()
         self._proc = None
         self._live = {}
+
+
+def _reader_gone(fd: int) -> bool:
+    """Whether the pipe ``fd`` writes to has no reader left (poll's POLLERR on a write end), without writing."""
+    poller = select.poll()
+    poller.register(fd, 0)  # (no events asked: POLLERR and POLLHUP are reported regardless)
+    return bool(poller.poll(0))
 
 
 WATCHDOG: Final = Watchdog()

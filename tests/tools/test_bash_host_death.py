@@ -116,7 +116,8 @@ def test_host_killed_mid_command_takes_the_commands_whole_group_with_it(root: Pa
 @pytest.mark.asyncio
 async def test_a_hosts_record_names_each_running_group_until_it_is_gone(root: Path, tmp_path: Path) -> None:
     """Authority hole 7: the record boot kills from holds the running command's group (written before the
-    command ran, mode 0600) and forgets it once the group is gone."""
+    command ran, mode 0600) and forgets it once the group is gone; the spare shell waiting for the next
+    command is recorded from its start until it is discarded."""
     record = ProcessGroups(tmp_path / "process-groups")
     tool = make_bash_tool(root, process_groups=record)
     try:
@@ -129,11 +130,16 @@ async def test_a_hosts_record_names_each_running_group_until_it_is_gone(root: Pa
                 pgid = await asyncio.to_thread(read_group, fifo)
             finally:
                 os.close(fifo)
-            assert [g.pgid for g in record.recorded()] == [pgid]
+            assert pgid in [g.pgid for g in record.recorded()]
             assert stat.S_IMODE(record.path.stat().st_mode) == 0o600
             await asyncio.to_thread((root / f"{call}-go.fifo").write_text, "go\n")
             assert (await task).ok
-            assert record.recorded() == []
+            assert pgid not in [g.pgid for g in record.recorded()]
+            assert tool._spare is not None
+            spare, _collector, _guarded = await tool._spare  # the next call's shell, waiting: recorded
+            assert [g.pgid for g in record.recorded()] == [spare.get_pid()]
+        await tool.aclose()
+        assert record.recorded() == []  # the discarded spare forgotten once it is gone
     finally:
         await tool.aclose()
         record.close()
