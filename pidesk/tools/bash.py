@@ -143,13 +143,15 @@ class Bash:
     and bash's start-up), so each call also starts the *next* call's shell: a bash
     that waits, in the root and with the call's environment, for a command on its
     stdin, then reads stdin from /dev/null and ``eval``s the command — a fresh
-    process with a fresh state, as ``bash -c`` would be. It starts while the
-    current command runs and the agent talks to its model. A command longer than
+    process with a fresh state, as ``bash -c`` would be. It starts once the
+    current command has ended, while the agent talks to its model. A command longer than
     ``WARM_LIMIT`` bytes (bash reads a pipe one byte at a time), the first call,
     and a spare older than ``SPARE_MAX_AGE_S`` take a cold shell instead (the
     command in its argv, as ``bash -c`` has it).
     A spare nobody uses exits by itself after ``SPARE_IDLE_S`` or when the host
-    goes away (its stdin closes), and ``aclose()`` kills it at once.
+    goes away (its stdin closes), and ``aclose()`` kills it at once. Always call
+    ``aclose()``: a spare still starting when its event loop shuts down would be
+    cancelled mid-spawn, which asyncio answers by waiting for the shell's exit.
     """
 
     def __init__(self, root: Path, *, default_timeout_ms: int, max_output: int, kill_grace_ms: int,
@@ -192,6 +194,10 @@ class Bash:
             transport.close()
             if stopped:  # (one that would not stop stays guarded: the watchdog or boot kills it)
                 release(guarded, self.process_groups)
+        # Only now: a spawn holds the event loop ~1 ms (fork and exec), which during the command
+        # delayed noticing its exit by as much; from here it overlaps the caller's durable write of
+        # the result and the model's next answer.
+        self._start_spare()
         output = collector.text()
         if not collector.eof.done():
             output += "\n[stopped reading: a detached process still holds the output open]"
@@ -253,10 +259,13 @@ class Bash:
         assert isinstance(stdin, asyncio.WriteTransport)
         stdin.write(data)
         stdin.close()
+        return transport, collector, guarded
+
+    def _start_spare(self) -> None:
+        """Start the next call's shell (in a task of its own), unless there is one or no call will come."""
         if self._spare is None and not self._closed and not self.read_only:  # (a sandbox is per call)
             self._spare = asyncio.ensure_future(self._spawn_spare())
             self._spare_born = asyncio.get_running_loop().time()
-        return transport, collector, guarded
 
     async def _spawn_spare(self) -> _Shell:
         """The next call's shell, guarded as soon as it runs: the call that takes it hands it the command

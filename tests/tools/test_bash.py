@@ -214,7 +214,9 @@ async def test_closing_the_tool_kills_its_spare_shell(root: Path) -> None:
     tool = _make_bash_tool(root)
     before = spare_shells()
     await tool({"command": "true"})
-    assert len(spare_shells() - before) == 1  # the next call's shell, waiting
+    assert tool._spare is not None
+    await tool._spare  # the next call's shell, started once this call had ended
+    assert len(spare_shells() - before) == 1  # and waiting
     await tool.aclose()
     assert spare_shells() == before
     assert (await tool({"command": "true"})).ok  # a closed tool still runs a call, cold, and starts no spare
