@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
+import functools
 import os
 import select
 import struct
@@ -69,11 +69,14 @@ MAX_NEW = 1_000  # new directories one look may start watching
 MAX_PATHS = 256  # changed paths one look may name
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """The C library's inotify calls (the process's own symbols: no library search, which would
+    run ``ldconfig``), once per process; None where there are none."""
     if not hasattr(os, "uname") or os.uname().sysname != "Linux":
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.inotify_init1.argtypes = [ctypes.c_int]
         libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
         libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
