@@ -119,3 +119,36 @@ def test_issue17_a_watched_snapshot_is_always_the_tree_a_full_scan_makes(steps: 
 
     with tempfile.TemporaryDirectory() as scratch:
         asyncio.run(_compare(Path(scratch), steps))
+
+
+@pytest.mark.asyncio
+async def test_issue17_past_the_watch_limits_a_snapshot_scans_everything_and_misses_nothing(tmp_path: Path) -> None:
+    """Issue 17: a root with more directories than the watch may hold is scanned in full each time
+    (the watch gives up for good); a burst of new directories past what one look may add restarts
+    the watch. Either way the snapshot is the tree a full scan makes."""
+    root = tmp_path / "project"
+    for d in ("a", "b", "c"):
+        (root / d).mkdir(parents=True)
+        (root / d / "f.txt").write_text(f"{d}\n")
+    scanner = ShadowRepo(tmp_path / "scanner", root)
+    scanner.watch.available = False
+
+    too_many = ShadowRepo(tmp_path / "few", root)
+    too_many.watch.max_watches = 2  # the root and one directory: three are there
+    await too_many.snapshot()
+    assert not too_many.watch.available
+    (root / "b" / "f.txt").write_text("changed\n")
+    assert await too_many.snapshot() == await scanner.snapshot()
+
+    burst = ShadowRepo(tmp_path / "burst", root)
+    burst.watch.max_new = 2
+    try:
+        await burst.snapshot()
+        assert burst.watch.watching
+        apply(root, ("tree", "c", 3))  # c/t0/u, c/t1/u, c/t2/u: six new directories
+        assert await burst.snapshot() == await scanner.snapshot()
+        assert burst.watch.watching  # started afresh, with the new directories
+        (root / "c" / "t2" / "u" / "f2.txt").write_text("edited\n")
+        assert await burst.snapshot() == await scanner.snapshot()
+    finally:
+        burst.close()
