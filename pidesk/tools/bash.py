@@ -48,7 +48,7 @@ from typing import Any, Final
 
 from pidesk.core.errors import Code
 from pidesk.tools.base import ToolFailure, ToolResult, optional_int, require_str
-from pidesk.tools.children import exit_code
+from pidesk.tools.children import exit_code, watch_exit
 from pidesk.tools.watchdog import GroupRecord, Guarded, guard, keep_guarded, release
 
 log = logging.getLogger("pidesk.tools.bash")
@@ -63,7 +63,10 @@ SPARE_MAX_AGE_S: Final = 60.0  # a spare older than this is replaced, never race
 SPARE_IDLE_S: Final = 120  # a spare nobody hands a command exits by itself after this
 
 
-class _Collector(asyncio.SubprocessProtocol):
+class _Collector:
+    """What bash writes (stdout and stderr share one pipe), its last ``limit`` bytes kept; and when
+    the output ended (``eof``) and the process exited (``exited``)."""
+
     def __init__(self, limit: int) -> None:
         loop = asyncio.get_running_loop()
         self.limit = limit
@@ -71,16 +74,16 @@ class _Collector(asyncio.SubprocessProtocol):
         self.total = 0
         self.exited: asyncio.Future[None] = loop.create_future()
         self.eof: asyncio.Future[None] = loop.create_future()
-        self.unreported_code: int | None = None  # the exit status, when asyncio's watcher lost the exit
+        self.unreported_code: int | None = None  # the exit status, when its report was lost (_wait_exit)
 
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
+    def add(self, data: bytes) -> None:
         self.total += len(data)
         self.tail += data
         if len(self.tail) > 2 * self.limit:
             del self.tail[: -self.limit]
 
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 1 and not self.eof.done():  # (fd 0 is a spare shell's stdin, closed once written)
+    def ended(self) -> None:
+        if not self.eof.done():
             self.eof.set_result(None)
 
     def process_exited(self) -> None:
@@ -149,9 +152,7 @@ class Bash:
     and a spare older than ``SPARE_MAX_AGE_S`` take a cold shell instead (the
     command in its argv, as ``bash -c`` has it).
     A spare nobody uses exits by itself after ``SPARE_IDLE_S`` or when the host
-    goes away (its stdin closes), and ``aclose()`` kills it at once. Always call
-    ``aclose()``: a spare still starting when its event loop shuts down would be
-    cancelled mid-spawn, which asyncio answers by waiting for the shell's exit.
+    goes away (its stdin closes), and ``aclose()`` kills it at once.
     """
 
     def __init__(self, root: Path, *, default_timeout_ms: int, max_output: int, kill_grace_ms: int,
@@ -177,8 +178,8 @@ class Bash:
         )
         if "\0" in command:
             raise ToolFailure(Code.INVALID_ARGUMENTS, "Bash: a command cannot contain a NUL character")
-        transport, collector, guarded = await self._start(command)
-        group = transport.get_pid()
+        shell = self._start(command)
+        group, collector = shell.pid, shell.collector
         stopped = False
         try:
             timed_out = not await _wait_exit(group, collector, timeout_ms / 1000)
@@ -188,12 +189,12 @@ class Bash:
         except BaseException:
             _signal_group(group, signal.SIGKILL)
             stopped = await _wait_stopped(group, _KILL_WAIT_S)
-            await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)  # reaped by the watcher, not by close()
+            await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)
             raise
         finally:
-            transport.close()
+            shell.close()
             if stopped:  # (one that would not stop stays guarded: the watchdog or boot kills it)
-                release(guarded, self.process_groups)
+                release(shell.guarded, self.process_groups)
         # Only now: a spawn holds the event loop ~1 ms (fork and exec), which during the command
         # delayed noticing its exit by as much; from here it overlaps the caller's durable write of
         # the result and the model's next answer.
@@ -207,120 +208,182 @@ class Bash:
                 f"{output}\n[timed out after {timeout_ms} ms; the command and its processes "
                 "were killed]",
             )
-        code = transport.get_returncode()
-        if code is None:  # the child watcher never reported it (_wait_exit)
+        code = shell.returncode
+        if code is None:  # its exit was never reported (_wait_exit)
             code = collector.unreported_code
         if code is not None and code < 0:
             return ToolResult.failure(f"{output}\n[killed by signal {-code}]")
         return ToolResult(ok=code == 0, output=f"{output}\n[exit code {code}]")
 
     async def aclose(self) -> None:
-        """Kill the spare shell (once it has started, if it is still starting) and return once it
-        has exited (bounded); no spare is started after this."""
+        """Kill the spare shell and return once it has exited (bounded); no spare is started after this."""
         self._closed = True
         spare, self._spare = self._spare, None
         if spare is None:
             return
-        await asyncio.wait({spare}, timeout=_KILL_WAIT_S)
-        if not spare.done():
-            spare.add_done_callback(self._discard)
-            return
+        spare.cancel()  # (not started yet: it never will be)
         self._discard(spare)
         if not spare.cancelled() and spare.exception() is None:
-            await asyncio.wait({spare.result()[1].exited}, timeout=_KILL_WAIT_S)
+            await asyncio.wait({spare.result().collector.exited}, timeout=_KILL_WAIT_S)
 
-    async def _start(self, command: str) -> _Shell:
+    def _start(self, command: str) -> _Shell:
         """The command running: in the spare shell if there is a fresh one (guarded since it started),
         else in a new (gated) shell, guarded here; either way before the shell gets the first byte that
         lets it run anything."""
         data = command.encode() + b"\0"
-        spare = await self._take_spare() if len(data) <= WARM_LIMIT else None
-        if spare is not None:
-            transport, collector, guarded = spare
-            keep_guarded(guarded)
+        shell = self._take_spare() if len(data) <= WARM_LIMIT else None
+        if shell is not None:
+            keep_guarded(shell.guarded)
         else:
             data = b"\n"  # the go-ahead: the command is in the argv
-            argv = ["-c", _RUN_WHEN_TOLD, self.bash, command]
-            spawn = asyncio.ensure_future(self._spawn(argv, stdin=subprocess.PIPE))
             try:
-                transport, collector = await asyncio.shield(spawn)
-            except asyncio.CancelledError:
-                await _kill_spawned(spawn)
-                raise
+                shell = self._spawn(["-c", _RUN_WHEN_TOLD, self.bash, command])
             except OSError as exc:
                 raise ToolFailure(None, f"Bash: cannot start {self.bash} in {self.root}: {exc}") from None
             try:
-                guarded = guard(transport.get_pid(), self.process_groups)
+                shell.guarded = guard(shell.pid, self.process_groups)
             except OSError as exc:  # not recorded: it must not run (nothing of it has)
-                _retire((transport, collector, None), self.process_groups)
+                _retire(shell, self.process_groups)
                 raise ToolFailure(None, f"Bash: cannot record the command's process group, so it was not run: "
                                         f"{exc}; check that the data directory is writable") from None
-        stdin = transport.get_pipe_transport(0)
-        assert isinstance(stdin, asyncio.WriteTransport)
-        stdin.write(data)
-        stdin.close()
-        return transport, collector, guarded
+        shell.hand(data)
+        return shell
 
     def _start_spare(self) -> None:
-        """Start the next call's shell (in a task of its own), unless there is one or no call will come."""
+        """Start the next call's shell (once this call has returned), unless there is one or no call
+        will come."""
         if self._spare is None and not self._closed and not self.read_only:  # (a sandbox is per call)
-            self._spare = asyncio.ensure_future(self._spawn_spare())
-            self._spare_born = asyncio.get_running_loop().time()
+            loop = asyncio.get_running_loop()
+            self._spare = spare = loop.create_future()
+            self._spare_born = loop.time()
+            loop.call_soon(self._spawn_spare, spare)
 
-    async def _spawn_spare(self) -> _Shell:
+    def _spawn_spare(self, spare: asyncio.Future[_Shell]) -> None:
         """The next call's shell, guarded as soon as it runs: the call that takes it hands it the command
-        with nothing left to record (the record and the watchdog cost ~0.15 ms a call when done there)."""
-        transport, collector = await self._spawn(["-c", _WAIT_FOR_COMMAND], stdin=subprocess.PIPE)
+        with nothing left to record (the record and the watchdog cost ~0.15 ms a call when done there).
+        A spare that cannot start or be recorded is never used: the call starts a cold shell, which
+        reports why."""
+        if spare.done():  # taken or closed before it started
+            return
         try:
-            guarded = guard(transport.get_pid(), self.process_groups)
-        except OSError:  # not recorded: never used; the call starts a cold shell, which reports why
-            _retire((transport, collector, None), self.process_groups)
-            raise
-        return transport, collector, guarded
+            shell = self._spawn(["-c", _WAIT_FOR_COMMAND])
+        except OSError as exc:
+            spare.set_exception(exc)
+            return
+        try:
+            shell.guarded = guard(shell.pid, self.process_groups)
+        except OSError as exc:
+            _retire(shell, self.process_groups)
+            spare.set_exception(exc)
+            return
+        spare.set_result(shell)
 
-    async def _take_spare(self) -> _Shell | None:
+    def _take_spare(self) -> _Shell | None:
         spare, self._spare = self._spare, None
         if spare is None:
             return None
+        spare.cancel()  # (not started yet: the call starts a cold shell rather than wait a turn of the loop)
+        if spare.cancelled() or spare.exception() is not None:
+            return None
         if asyncio.get_running_loop().time() - self._spare_born > SPARE_MAX_AGE_S:
-            spare.add_done_callback(self._discard)
+            self._discard(spare)
             return None
-        try:
-            shell = await asyncio.shield(spare)  # (its spawn is all but done)
-        except asyncio.CancelledError:
-            spare.add_done_callback(self._discard)
-            raise
-        except OSError:
-            return None
-        if shell[0].get_returncode() is not None:  # killed meanwhile: start afresh
+        shell = spare.result()
+        if shell.returncode is not None:  # killed meanwhile: start afresh
             _retire(shell, self.process_groups)
             return None
         return shell
 
     def _discard(self, spare: asyncio.Future[_Shell]) -> None:
-        """Kill a spare shell nobody will use, once it has started."""
+        """Kill a spare shell nobody will use, if it has started."""
         if spare.cancelled() or spare.exception() is not None:
             return
         _retire(spare.result(), self.process_groups)
 
-    async def _spawn(self, argv: list[str], *, stdin: int) -> _Started:
+    def _spawn(self, argv: list[str]) -> _Shell:
         prefix = read_only_sandbox(self.root) if self.read_only else []
-        return await asyncio.get_running_loop().subprocess_exec(
-            lambda: _Collector(self.max_output),
-            *prefix,
-            self.bash,
-            *argv,
-            cwd=self.root,
-            env=self.env,
-            stdin=stdin,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        return _Shell([*prefix, self.bash, *argv], cwd=self.root, env=self.env, max_output=self.max_output)
 
 
-_Started = tuple[asyncio.SubprocessTransport, _Collector]
-_Shell = tuple[asyncio.SubprocessTransport, _Collector, Guarded | None]  # a shell and its guarded group
+class _Shell:
+    """A bash, started at once (no await): in a new session, its stdin a pipe we write its command
+    (or go-ahead) to, its stdout and stderr one pipe read into a ``_Collector``, its exit watched
+    through ``watch_exit``; and its process group's guard, once guarded.
+
+    Not asyncio's subprocess transport: on Python 3.11 that connects the pipes in a task of its
+    own, and a spawn cancelled before that task has run is waited for forever. Every task is
+    cancelled when ``asyncio.run`` ends, so a spare shell being started then hung the process.
+    Started here, a shell is never half-made, and its exit reaches the collector directly."""
+
+    def __init__(self, argv: list[str], *, cwd: Path, env: Mapping[str, str] | None, max_output: int) -> None:
+        self.collector = collector = _Collector(max_output)
+        self.guarded: Guarded | None = None
+        self.returncode: int | None = None
+        stdin, self.stdin = os.pipe()
+        self.output, output = os.pipe()
+        try:
+            self._popen = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=output, stderr=output,
+                                           start_new_session=True)
+        except BaseException:
+            os.close(self.stdin)
+            os.close(self.output)
+            raise
+        finally:
+            os.close(stdin)
+            os.close(output)
+        self.pid = self._popen.pid
+        loop = asyncio.get_running_loop()
+        os.set_blocking(self.output, False)
+        loop.add_reader(self.output, self._read)
+        try:
+            watch_exit(self.pid, self._exited)
+        except OSError:  # (out of file descriptors): it has run nothing; stop it here
+            _signal_group(self.pid, signal.SIGKILL)
+            self._exited(self._popen.wait())
+            self.close()
+            raise
+
+    def hand(self, data: bytes) -> None:
+        """Write the shell its command (or go-ahead) and close its stdin. ``data`` is at most
+        ``WARM_LIMIT`` bytes, less than a pipe's atomic write, into an empty pipe: it never blocks."""
+        stdin, self.stdin = self.stdin, -1
+        try:
+            os.write(stdin, data)
+        except BrokenPipeError:  # killed meanwhile: the call sees it exit
+            pass
+        finally:
+            os.close(stdin)
+
+    def close(self) -> None:
+        """Stop reading its output and close our ends of its pipes (its exit is still watched)."""
+        if self.stdin >= 0:
+            os.close(self.stdin)
+            self.stdin = -1
+        self._close_output()
+
+    def _close_output(self) -> None:
+        if self.output >= 0:
+            asyncio.get_running_loop().remove_reader(self.output)
+            os.close(self.output)
+            self.output = -1
+
+    def _read(self) -> None:
+        try:
+            data = os.read(self.output, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.collector.add(data)
+        else:
+            self._close_output()
+            self.collector.ended()
+
+    def _exited(self, returncode: int) -> None:
+        self.returncode = self._popen.returncode = returncode  # (reaped: Popen must not wait for it again)
+        self.collector.process_exited()
+
 
 # What a spare shell runs: wait for a NUL-terminated command on stdin (for at most
 # SPARE_IDLE_S; at EOF, when the host has gone, run nothing), then run it as
@@ -340,33 +403,31 @@ _RUN_WHEN_TOLD = (
 
 
 def _retire(shell: _Shell, record: GroupRecord | None) -> None:
-    """Kill a shell that has run nothing and never will (its group, to be thorough); once it is gone,
-    close its transport and forget its group (a group that would not stop stays guarded)."""
-    transport, collector, guarded = shell
+    """Kill a shell that has run nothing and never will (its group, to be thorough), and forget its
+    group once it is gone (a group that would not stop stays guarded)."""
 
     def gone(_: object = None) -> None:
-        transport.close()
-        if not _group_running(transport.get_pid()):
-            release(guarded, record)
+        if not _group_running(shell.pid):
+            release(shell.guarded, record)
 
-    if transport.get_returncode() is not None:
+    shell.close()
+    if shell.returncode is not None:
         gone()
-        return
-    _signal_group(transport.get_pid(), signal.SIGKILL)
-    # Closed once the child watcher has reaped it: closing a transport whose exit is not yet
-    # reported polls the process, which would reap it first and leave the watcher a stale pid.
-    collector.exited.add_done_callback(gone)
+    else:
+        _signal_group(shell.pid, signal.SIGKILL)
+        shell.collector.exited.add_done_callback(gone)
 
 
 async def _wait_exit(pid: int, collector: _Collector, timeout: float) -> bool:
     """Wait, at most ``timeout`` seconds, for bash to exit; False if it is still running.
 
-    The exit normally arrives from asyncio's child watcher. Under the load soak's process
-    churn, Python 3.11's watcher was seen never to report one (its table of children is keyed
-    by pid, and pids wrap at 32,768 here): the turn then sat out its whole Bash timeout. So
-    every ``_EXIT_CHECK_S`` the process is also looked at directly, without reaping it; one
-    found exited twice in a row and still unreported counts as exited, with its own status,
-    and is reaped here.
+    The exit normally arrives from ``watch_exit``. Under the load soak's process churn, Python
+    3.11's child watcher, which this tool once used, was seen never to report one (its table
+    of children is keyed by pid, and pids wrap at 32,768 here): the turn then sat out its whole
+    Bash timeout. A pidfd cannot confuse two processes that way, but a lost exit must still
+    never cost a timeout, so every ``_EXIT_CHECK_S`` the process is also looked at directly,
+    without reaping it; one found exited twice in a row and still unreported counts as
+    exited, with its own status, and is reaped here.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -381,7 +442,7 @@ async def _wait_exit(pid: int, collector: _Collector, timeout: float) -> bool:
         elif not seen_exited:
             seen_exited = True
         else:
-            log.warning("asyncio's child watcher did not report the exit of bash (pid %d); using its status %d",
+            log.warning("the exit of bash (pid %d) was not reported; using its status %d",
                         pid, status)
             collector.unreported_code = status
             with suppress(ChildProcessError):
@@ -401,21 +462,6 @@ def _exit_status(pid: int) -> int | None:
     if info is None:
         return None
     return exit_code(info)
-
-
-async def _kill_spawned(
-    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, _Collector]],
-) -> None:
-    """Cancelled while spawning: the command may already run, so let the spawn finish
-    and kill its group (``subprocess_exec`` on its own would kill only bash)."""
-    try:
-        transport, collector = await spawn
-    except OSError:
-        return
-    _signal_group(transport.get_pid(), signal.SIGKILL)
-    await _wait_stopped(transport.get_pid(), _KILL_WAIT_S)
-    await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)
-    transport.close()
 
 
 async def _stop_group(group: int, grace_s: float) -> bool:

@@ -18,11 +18,13 @@ another.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 log = logging.getLogger("pidesk.tools.children")
@@ -57,17 +59,7 @@ class PidfdWatcher(asyncio.AbstractChildWatcher):
 
     def _exited(self, pid: int, pidfd: int, callback: Callable[..., object], args: tuple[Any, ...]) -> None:
         asyncio.get_running_loop().remove_reader(pidfd)
-        try:
-            info = os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
-        except ChildProcessError:  # reaped elsewhere: asyncio's convention for a status nobody can know
-            returncode = 255
-            log.warning("child process %d was reaped elsewhere; reporting returncode 255", pid)
-        else:
-            assert info is not None  # (no WNOHANG: waitid returned because the child exited)
-            returncode = exit_code(info)
-        finally:
-            os.close(pidfd)
-        callback(pid, returncode, *args)
+        callback(pid, _reap(pid, pidfd), *args)
 
     def remove_child_handler(self, pid: int) -> bool:
         return True  # asyncio never calls it for a running child; each reader removes itself
@@ -88,6 +80,50 @@ class PidfdWatcher(asyncio.AbstractChildWatcher):
         pass
 
 
+def watch_exit(pid: int, exited: Callable[[int], object]) -> None:
+    """Call ``exited(returncode)`` on the running loop once child ``pid`` has exited, and reap it.
+
+    For a child started outside asyncio (``tools/bash.py``): through its pidfd where the
+    kernel has them, else in a thread of its own that waits for it, as 3.11's default
+    watcher does. A child already reaped elsewhere is reported with 255."""
+    loop = asyncio.get_running_loop()
+    if not _pidfds_work():
+        threading.Thread(target=_wait_in_thread, args=(loop, pid, exited), daemon=True).start()
+        return
+    pidfd = os.pidfd_open(pid)
+
+    def ready() -> None:
+        loop.remove_reader(pidfd)
+        exited(_reap(pid, pidfd))
+
+    loop.add_reader(pidfd, ready)
+
+
+def _reap(pid: int, pidfd: int) -> int:
+    """The exit status of the child whose pidfd has become readable, reaped; the pidfd is closed."""
+    try:
+        info = os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
+    except ChildProcessError:  # reaped elsewhere: asyncio's convention for a status nobody can know
+        log.warning("child process %d was reaped elsewhere; reporting returncode 255", pid)
+        return 255
+    finally:
+        os.close(pidfd)
+    assert info is not None  # (no WNOHANG: waitid returned because the child exited)
+    return exit_code(info)
+
+
+def _wait_in_thread(loop: asyncio.AbstractEventLoop, pid: int, exited: Callable[[int], object]) -> None:
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        code = 255
+    else:
+        code = os.waitstatus_to_exitcode(status)
+    with suppress(RuntimeError):  # the loop has closed: nobody is waiting any more
+        loop.call_soon_threadsafe(exited, code)
+
+
+@functools.cache
 def _pidfds_work() -> bool:
     try:
         os.close(os.pidfd_open(os.getpid()))

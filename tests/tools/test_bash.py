@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from pidesk.core.errors import Code
-from pidesk.tools import Bash, run_tool
+from pidesk.tools import Bash, children, run_tool
 from pidesk.tools import make_bash_tool as _make_bash_tool
 from pidesk.tools.bash import _WAIT_FOR_COMMAND, WARM_LIMIT, _Collector, _wait_exit
 from tests.scenario import spare_shells
@@ -261,3 +262,35 @@ async def test_a_running_command_is_not_taken_for_exited(root: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_program_whose_event_loop_ends_while_a_spare_shell_starts_exits_at_once(root: Path) -> None:
+    """A call starts the next call's shell as it returns; ``asyncio.run`` ending right then (the tool
+    never closed) used to wait forever for that shell, which Python 3.11's subprocess transport
+    leaves half-made when its task is cancelled. Now the program ends, and the spare with it."""
+    program = (
+        "import asyncio, pathlib\n"
+        "from pidesk.tools import make_bash_tool\n"
+        "async def main():\n"
+        f"    tool = make_bash_tool(pathlib.Path({str(root)!r}))\n"
+        "    print((await tool({'command': 'echo ran'})).output, flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    before = spare_shells()
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ran\n[exit code 0]\n"
+    assert spare_shells() == before
+
+
+@pytest.mark.asyncio
+async def test_without_pidfds_a_thread_reports_each_exit(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel has no pidfds, a shell's exit is waited for in a thread; statuses still come through."""
+    monkeypatch.setattr(children, "_pidfds_work", lambda: False)
+    tool = _make_bash_tool(root)
+    try:
+        for _ in ("cold", "warm"):
+            assert (await tool({"command": "exit 3"})).output == "(no output)\n[exit code 3]"
+            assert (await tool({"command": "kill -9 $$"})).output == "(no output)\n[killed by signal 9]"
+    finally:
+        await tool.aclose()

@@ -136,8 +136,8 @@ async def test_a_hosts_record_names_each_running_group_until_it_is_gone(root: Pa
             assert (await task).ok
             assert pgid not in [g.pgid for g in record.recorded()]
             assert tool._spare is not None
-            spare, _collector, _guarded = await tool._spare  # the next call's shell, waiting: recorded
-            assert [g.pgid for g in record.recorded()] == [spare.get_pid()]
+            spare = await tool._spare  # the next call's shell, waiting: recorded
+            assert [g.pgid for g in record.recorded()] == [spare.pid]
         await tool.aclose()
         assert record.recorded() == []  # the discarded spare forgotten once it is gone
     finally:
