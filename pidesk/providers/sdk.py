@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
@@ -26,6 +27,14 @@ def plain_http(base_url: str | None) -> bool:
     """Nothing a client of this base URL sends needs TLS (whether a proxy is in the way, or the
     user asked for httpx's own transport, is the config's to say: ``HostConfig.lean_http``)."""
     return base_url is not None and base_url.lower().startswith("http://")
+
+
+def _no_tls_trust() -> ssl.SSLContext:
+    """The TLS settings of a plain-http:// client (``lean_transport``): it never needs TLS, so it
+    trusts no certificate at all, and a redirect to an https:// URL fails (certificate not
+    verified) instead of being followed. Building the SDK's default trust instead (its CA bundle,
+    and the httpcore2 import that finds it) cost ~70 ms, all of it before the first request."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # (verifies certificates and host names; no CA loaded)
 
 
 class SdkProvider(ABC):
@@ -97,7 +106,7 @@ class SdkProvider(ABC):
                 sdk, client_class = self._sdk()
                 options: dict[str, Any] = {}
                 if self.lean_transport:
-                    options["http_client"] = sdk.DefaultAioHttpClient()
+                    options["http_client"] = sdk.DefaultAioHttpClient(verify=_no_tls_trust())
                 idle = self._policy.idle_timeout  # no byte for this long, before the head or in the body: broken
                 self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0,
                                             timeout=httpx2.Timeout(idle, connect=min(idle, CONNECT_TIMEOUT)), **options)

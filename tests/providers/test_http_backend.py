@@ -38,3 +38,17 @@ def test_a_provider_uses_the_aiohttp_backend_for_plain_http_unless_the_config_sa
         assert not getattr(make_provider(model, local, lean_http=False), "lean_transport")
     remote = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "https://api.openai.com/v1"}
     assert not getattr(make_provider("openai/m", remote), "lean_transport")
+
+
+def test_a_plain_http_client_trusts_no_certificate() -> None:
+    """It never needs TLS: should a redirect lead it to https://, nothing verifies, so it fails there
+    (and building the SDK's default trust, ~70 ms, stays off the first request's path)."""
+    import ssl
+
+    from pidesk.cli.models import make_provider
+
+    provider = make_provider("openai/m", {"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})
+    client, _ = provider._connect()  # type: ignore[attr-defined]
+    tls = client._client._transport.ssl_context  # the aiohttp backend's
+    assert tls.verify_mode == ssl.CERT_REQUIRED and tls.check_hostname
+    assert tls.cert_store_stats()["x509_ca"] == 0 and tls.get_ca_certs() == []
