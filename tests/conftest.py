@@ -39,7 +39,8 @@ HostFactory = Callable[..., Host]
 
 @pytest_asyncio.fixture
 async def make_host(data_dir: Path, provider: ScriptedProvider) -> AsyncIterator[HostFactory]:
-    """Open hosts on the shared data dir; every host opened is closed at the end."""
+    """Open hosts on the shared data dir; every host opened is closed at the end, and so is each
+    provider a test handed one (a vendor provider's HTTP pool: a host never closes its provider)."""
     opened: list[Host] = []
 
     def open_host(**overrides: Any) -> Host:
@@ -56,6 +57,10 @@ async def make_host(data_dir: Path, provider: ScriptedProvider) -> AsyncIterator
             await host.close()
         except Exception:
             pass
+    for given in {id(host.parts.provider): host.parts.provider for host in opened}.values():
+        aclose = getattr(given, "aclose", None)
+        if callable(aclose):
+            await aclose()
 
 
 @pytest_asyncio.fixture

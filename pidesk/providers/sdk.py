@@ -32,8 +32,8 @@ def plain_http(base_url: str | None) -> bool:
 def _no_tls_trust() -> ssl.SSLContext:
     """The TLS settings of a plain-http:// client (``lean_transport``): it never needs TLS, so it
     trusts no certificate at all, and a redirect to an https:// URL fails (certificate not
-    verified) instead of being followed. Building the SDK's default trust instead (its CA bundle,
-    and the httpcore2 import that finds it) cost ~70 ms, all of it before the first request."""
+    verified) instead of being followed. Loading the SDK's default trust instead (its CA bundle)
+    cost 20–60 ms, all of it before the first request."""
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # (verifies certificates and host names; no CA loaded)
 
 

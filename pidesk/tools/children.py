@@ -13,6 +13,9 @@ the tool learnt to look for itself (``tools/bash.py``, ``_wait_exit``). This one
 is 3.12's design: each child's pidfd goes straight to its own reader callback,
 and the child is reaped through that pidfd, so no pid is ever confused with
 another.
+
+Bash starts its shells outside asyncio (``tools/bash.py`` says why) and watches
+each one's exit with ``watch_exit``, the same pidfd reader without the watcher.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def test_a_provider_uses_the_aiohttp_backend_for_plain_http_unless_the_config_sa
 
 def test_a_plain_http_client_trusts_no_certificate() -> None:
     """It never needs TLS: should a redirect lead it to https://, nothing verifies, so it fails there
-    (and building the SDK's default trust, ~70 ms, stays off the first request's path)."""
+    (and loading the SDK's default trust, 20–60 ms, stays off the first request's path)."""
     import ssl
 
     from pidesk.cli.models import make_provider
