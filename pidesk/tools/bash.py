@@ -208,9 +208,8 @@ class Bash:
                 f"{output}\n[timed out after {timeout_ms} ms; the command and its processes "
                 "were killed]",
             )
-        code = shell.returncode
-        if code is None:  # its exit was never reported (_wait_exit)
-            code = collector.unreported_code
+        # (an exit found by _wait_exit, unreported: its status, not what a late report says of it)
+        code = collector.unreported_code if collector.unreported_code is not None else shell.returncode
         if code is not None and code < 0:
             return ToolResult.failure(f"{output}\n[killed by signal {-code}]")
         return ToolResult(ok=code == 0, output=f"{output}\n[exit code {code}]")
