@@ -91,11 +91,16 @@ async def pid_from_file(path: Any, timeout: float = 10.0) -> int:
 
 def alive(pid: int) -> bool:
     """Whether a process still runs (a zombie awaiting its reaper counts as gone)."""
+    return not gone(pid)
+
+
+def gone(pid: int) -> bool:
+    """Whether a process has exited: no longer there, or a zombie awaiting its reaper."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # (reaped between the open and the read: ESRCH)
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 async def die(host: Host) -> None:

@@ -26,7 +26,7 @@ import pytest
 from pidesk.core.errors import Code
 from pidesk.core.policy import PluginRisk
 from pidesk.plugins.mcp_tools import McpServerConfig, McpTools
-from tests.scenario import ended, pid_from_file, prompt, session, state, tool, tool_results
+from tests.scenario import ended, gone, pid_from_file, prompt, session, state, tool, tool_results
 
 HERE = Path(__file__).parent
 DEMO = str(HERE / "mcp_demo_server.py")
@@ -40,14 +40,6 @@ def hanging(pid_file: Path, *, stubborn: bool = False) -> list[str]:
     """A server that never answers and ignores its stdin closing (``stubborn``: SIGTERM too), and writes its pid."""
     trap = "trap '' TERM; " if stubborn else ""
     return ["sh", "-c", f"{trap}echo $$ > {pid_file}; exec sleep 300"]
-
-
-def gone(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def cli_env(tmp_path: Path, config: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ import pytest_asyncio
 from pidesk.core.errors import Code, InvalidParams
 from pidesk.core.policy import PluginRisk
 from pidesk.plugins.mcp_tools import McpServerConfig, McpTools
+from tests.scenario import gone
 
 SERVER = str(Path(__file__).with_name("mcp_demo_server.py"))
 DEMO_TOOLS = ["echo", "write_marker", "fail", "pid", "sleep", "crash"]
@@ -26,15 +27,6 @@ DEMO_TOOLS = ["echo", "write_marker", "fail", "pid", "sleep", "crash"]
 
 def demo(name: str = "demo", risk: PluginRisk = PluginRisk.MEDIUM, *, enabled: bool = True) -> McpServerConfig:
     return McpServerConfig(name=name, command=[sys.executable, SERVER], env=None, risk=risk, enabled=enabled)
-
-
-def gone(pid: int) -> bool:
-    """The process has exited (a zombie awaiting its reaper counts as exited)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def live_demo_children() -> list[int]:

@@ -16,7 +16,7 @@ from pidesk.core.errors import Code
 from pidesk.tools import Bash, children, run_tool
 from pidesk.tools import make_bash_tool as _make_bash_tool
 from pidesk.tools.bash import _WAIT_FOR_COMMAND, WARM_LIMIT, _Collector, _wait_exit
-from tests.scenario import spare_shells
+from tests.scenario import gone, spare_shells
 
 # The command records its background child's pid, then waits on it.
 SPAWNS_GRANDCHILD = "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; wait"
@@ -40,19 +40,6 @@ async def make_bash_tool(request: pytest.FixtureRequest) -> AsyncIterator[MakeBa
     yield make
     for tool in made:
         await tool.aclose()
-
-
-def _stopped(pid: int) -> bool:
-    """Gone, or a zombie (dead, waiting for init to reap it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in (b"Z", b"X")
 
 
 async def _pid_from(path: Path) -> int:
@@ -124,8 +111,8 @@ async def test_timeout_kills_the_whole_group(root: Path, make_bash_tool: MakeBas
     assert (result.ok, result.error_code) == (False, Code.TOOL_TIMEOUT)
     assert result.output.startswith("started\n")
     assert "timed out after 300 ms" in result.output
-    assert _stopped(int((root / "child.pid").read_text()))
-    assert _stopped(int((root / "shell.pid").read_text()))
+    assert gone(int((root / "child.pid").read_text()))
+    assert gone(int((root / "shell.pid").read_text()))
 
 
 @pytest.mark.asyncio
@@ -134,7 +121,7 @@ async def test_timeout_escalates_to_sigkill_for_a_process_ignoring_sigterm(root:
     command = "bash -c 'trap \"\" TERM; echo $$ > stubborn.pid; while :; do :; done' & wait"
     result = await run_tool(tool, {"command": command, "timeoutMs": 300})
     assert result.error_code == Code.TOOL_TIMEOUT
-    assert _stopped(int((root / "stubborn.pid").read_text()))
+    assert gone(int((root / "stubborn.pid").read_text()))
 
 
 @pytest.mark.asyncio
@@ -142,19 +129,19 @@ async def test_cancellation_kills_the_whole_group_before_it_completes(root: Path
     task = asyncio.create_task(run_tool(await make_bash_tool(root), {"command": SPAWNS_GRANDCHILD}))
     child = await _pid_from(root / "child.pid")
     shell = await _pid_from(root / "shell.pid")
-    assert not _stopped(child)
+    assert not gone(child)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert _stopped(child)
-    assert _stopped(shell)
+    assert gone(child)
+    assert gone(shell)
 
 
 @pytest.mark.asyncio
 async def test_background_leftovers_are_stopped_when_the_command_ends(root: Path, make_bash_tool: MakeBash) -> None:
     result = await run_tool(await make_bash_tool(root), {"command": "sleep 30 & echo $! > child.pid; echo done"})
     assert result.ok and result.output == "done\n[exit code 0]"
-    assert _stopped(int((root / "child.pid").read_text()))
+    assert gone(int((root / "child.pid").read_text()))
 
 
 @pytest.mark.asyncio
@@ -284,10 +271,10 @@ def test_a_program_whose_event_loop_ends_while_a_spare_shell_starts_exits_at_onc
     ran, spare = done.stdout.rsplit("\n", 2)[:2]
     assert ran == "ran\n[exit code 0]"
     for _ in range(500):  # (bounded: not our child, so there is no exit to wait on)
-        if _stopped(int(spare)):
+        if gone(int(spare)):
             break
         time.sleep(0.01)
-    assert _stopped(int(spare))
+    assert gone(int(spare))
 
 
 @pytest.mark.asyncio
