@@ -145,6 +145,7 @@ class Host:
         if self.hooks is not None:
             await self.hooks.close()
         self.parts.store.close()
+        self.parts.threads.shutdown()
 
     @property
     def store(self) -> Store:

@@ -8,7 +8,8 @@ Design: one *watchdog* per host process, started on the first guarded group
 (``sys.executable -I -S`` on this very file, in a session of its own). The host
 holds the write end of a pipe to its stdin and tells it ``+ pgid start`` before a
 group's command runs and ``- pgid start`` once the group is gone. The kernel
-closes that pipe when the host dies, however it dies; the watchdog reads EOF
+closes that pipe when the host dies, however it dies; the watchdog, asleep until
+that hang-up (it reads its lines only every ``_DRAIN_S`` meanwhile), reads EOF
 and SIGKILLs every group it still knows (``kill_group``), then exits.
 
 Why not ``PR_SET_PDEATHSIG`` on each call's child, through a small launcher:
@@ -44,6 +45,8 @@ standard library, and ``main`` is its entry point.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import logging
 import os
 import select
@@ -60,6 +63,8 @@ log = logging.getLogger("pidesk.tools.watchdog")
 _STOP_WAIT_S: Final = 2.0  # how long boot waits for the groups it killed to stop
 _POLL_S: Final = 0.01
 _RETRY_S: Final = 10.0  # a watchdog that could not start is not tried again sooner
+_DRAIN_S: Final = 0.5  # how often a watchdog reads the lines its host wrote
+_PIPE_BYTES: Final = 1 << 20  # the pipe's room for them meanwhile
 
 
 class GroupRecord(Protocol):
@@ -313,20 +318,52 @@ def kill_group(pgid: int, start: int) -> bool:
 
 
 def main() -> None:
-    """The watchdog: learn the groups from stdin; at EOF (the host is gone) kill those still running."""
+    """The watchdog: learn the groups from stdin; at EOF (the host is gone) kill those still running.
+
+    It sleeps until the host hangs up, and reads what it was told only every ``_DRAIN_S`` meanwhile:
+    woken by each line, it would take a CPU from the host at the start and end of every Bash call
+    (docs/benchmarks.md, the peer benchmark). Between reads the pipe holds ``_PIPE_BYTES``, tens of
+    thousands of lines, where a host writes two per call; should it fill, the host logs it and boot's
+    kill (the durable record) covers what the watchdog missed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's ^C is for the host, which then closes the pipe)
+    fd = sys.stdin.fileno()
+    os.set_blocking(fd, False)
+    with contextlib.suppress(AttributeError, OSError):  # (Linux only; a smaller pipe still works)
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    hangup = select.poll()
+    hangup.register(fd, 0)  # (no events asked: POLLHUP, the host gone, is reported regardless)
     groups: dict[tuple[int, int], None] = {}
-    for line in sys.stdin.buffer:
-        fields = line.split()
-        if len(fields) != 3 or fields[0] not in (b"+", b"-"):
-            continue
-        key = (int(fields[1]), int(fields[2]))
-        if fields[0] == b"+":
-            groups[key] = None
-        else:
-            groups.pop(key, None)
+    unread = b""
+    while True:
+        data, ended = _read_available(fd)
+        *lines, unread = (unread + data).split(b"\n")
+        for line in lines:
+            fields = line.split()
+            if len(fields) != 3 or fields[0] not in (b"+", b"-"):
+                continue
+            key = (int(fields[1]), int(fields[2]))
+            if fields[0] == b"+":
+                groups[key] = None
+            else:
+                groups.pop(key, None)
+        if ended:
+            break
+        hangup.poll(_DRAIN_S * 1000)
     for pgid, start in groups:
         kill_group(pgid, start)
+
+
+def _read_available(fd: int) -> tuple[bytes, bool]:
+    """What the non-blocking ``fd`` holds now, and whether it has reached EOF."""
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return b"".join(chunks), False
+        if not chunk:
+            return b"".join(chunks), True
+        chunks.append(chunk)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import pytest
 
 from pidesk.store.process_groups import ProcessGroups
 from pidesk.tools import make_bash_tool, run_tool
+from pidesk.tools.watchdog import WATCHDOG, start_time
 
 REPO = Path(__file__).resolve().parents[2]
 DELAY_S = 2  # the command's sleep before its late write
@@ -167,3 +168,51 @@ def test_the_record_keeps_every_running_group_through_compaction_and_a_torn_line
         assert stat.S_IMODE(record.path.stat().st_mode) == 0o600
     finally:
         record.close()
+
+
+
+def context_switches(pid: int) -> int:
+    """How often process ``pid`` has gone to sleep (``voluntary_ctxt_switches``): once a wake-up."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no voluntary_ctxt_switches for {pid}")
+
+
+@pytest.mark.asyncio
+async def test_the_watchdog_sleeps_through_bash_calls(root: Path) -> None:
+    """Each Bash call tells the watchdog two lines (its group started, then ended). Woken by each, the
+    watchdog took a CPU from the host twice a call; it sleeps until its host hangs up and reads its lines
+    now and then, so 40 calls wake it a few times at most (not ~80)."""
+    tool = make_bash_tool(root)
+    try:
+        assert (await run_tool(tool, {"command": "true"})).ok  # (the watchdog runs from the first call on)
+        assert WATCHDOG.pid is not None
+        before = context_switches(WATCHDOG.pid)
+        for _ in range(40):
+            assert (await run_tool(tool, {"command": "true"})).ok
+        assert context_switches(WATCHDOG.pid) - before <= 6
+    finally:
+        await tool.aclose()
+
+
+def test_at_hang_up_the_watchdog_acts_on_every_line_it_had_not_read(tmp_path: Path) -> None:
+    """The lines a watchdog has not read yet count when its host hangs up: a burst of groups that started and
+    ended, then one that runs — that one is killed, and the watchdog exits cleanly."""
+    watchdog = subprocess.Popen([sys.executable, "-I", "-S", str(REPO / "pidesk" / "tools" / "watchdog.py")],
+                                stdin=subprocess.PIPE, start_new_session=True)
+    group = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert watchdog.stdin is not None
+        started = start_time(group.pid)
+        assert started is not None
+        ended = [f"+ {pgid} 1\n- {pgid} 1\n" for pgid in range(5_000_000, 5_001_000)]  # (beyond any pid_max)
+        watchdog.stdin.write("".join(ended).encode() + f"+ {group.pid} {started}\n".encode())
+        watchdog.stdin.close()  # the host is gone
+        assert group.wait(timeout=10) == -signal.SIGKILL
+        assert watchdog.wait(timeout=10) == 0
+    finally:
+        for proc in (group, watchdog):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
