@@ -114,7 +114,10 @@ class Checkpoints:
     # ---- hooks ------------------------------------------------------------------------
 
     def before_turn(self, live: LiveTurn) -> None:
-        """Start recording the workspace as the turn finds it (a full scan, in the background)."""
+        """Start recording the workspace as the turn finds it (a full scan, in the background) once the
+        model client is ready: on a cold start the SDK's import is what the first request waits for,
+        and the scan's git processes and threads slowed it by ~90 ms (docs/benchmarks.md). Nothing
+        of the turn can change the workspace meanwhile: a tool call waits for this checkpoint."""
         turn_id = live.turn_id
         task = self._spawn(live.session_id, turn_id, "turn", None)
         if task is not None:
@@ -184,6 +187,10 @@ class Checkpoints:
                 project.repo.close()
 
     async def _record(self, project: _Project, session_id: str, turn_id: str, kind: str) -> None:
+        if kind == "turn":
+            ready = getattr(self.p.provider, "ready", None)  # (a vendor SDK's client: see before_turn)
+            if callable(ready):
+                await ready()
         self._unwatch_idle_roots()
         async with project.lock:
             paths = project.waiting.pop((session_id, turn_id), None) if kind == "call" else None

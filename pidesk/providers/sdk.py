@@ -5,6 +5,7 @@ loop, the retry driver, and a key that never shows."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import threading
@@ -82,6 +83,13 @@ class SdkProvider(ABC):
             import anyio._backends._asyncio  # noqa: F401
         except Exception:
             log.debug("warming up the %s client failed; the first request will say why", self.vendor, exc_info=True)
+
+    async def ready(self) -> None:
+        """Return once the SDK is imported and the client built: at once after the first time. For work
+        that must not compete with the first request on a cold start (the import is most of its wait).
+        A failure is left for the request to report."""
+        with contextlib.suppress(Exception):
+            await self._connected()
 
     @property
     def lean_transport(self) -> bool:

@@ -5,6 +5,7 @@ Real hosts, real git, real files; the scripted provider plays the model.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,32 @@ async def test_issue17_roots_beyond_the_watched_few_stop_watching_and_still_reco
     assert repos[roots[0]].watch.watching and not repos[roots[1]].watch.watching
     reverted = await host.call("session.revert", {"sessionId": one, "turnId": last})
     assert reverted["files"] == ["c.txt"] and (roots[0] / "by-hand.txt").exists()
+
+
+async def test_issue16_a_turns_first_checkpoint_waits_for_the_model_client_and_its_tool_calls_wait_for_it(
+        host, provider, project):
+    """On a cold start, importing the vendor's SDK is what the first request waits for; the turn's "before"
+    checkpoint (git processes, threads) starts once the provider's client is ready rather than slow that
+    import. The model's Write, asked for meanwhile, waits for that checkpoint: the turn still shows its file
+    as added, against the workspace as the turn found it."""
+    client_ready, asked = asyncio.Event(), asyncio.Event()
+
+    async def ready() -> None:
+        asked.set()
+        await client_ready.wait()
+
+    provider.ready = ready
+    sid = (await session(host, project, permissionMode="auto"))["id"]
+    sub = host.subscribe()
+    provider.enqueue(sid, tool("Write", path="made.txt", content="new\n"), {"text": "Done."})
+    turn_id = (await prompt(host, sid))["turnId"]
+    await asyncio.wait_for(asked.wait(), 10)  # (the checkpoint asks whether the client is ready)
+    await sub.wait_for(lambda e: isinstance(e, ev.ToolStarted) and e.turn_id == turn_id)
+    repo = checkpoints.of(host.parts)._project(project.resolve()).repo
+    assert repo.entries() == []  # no checkpoint yet: the client is not ready
+    assert not (project / "made.txt").exists()  # and the Write waits for it
+    client_ready.set()
+    assert (await ended(sub, turn_id)).reason == "completed"
+    assert [e["k"] for e in repo.entries()][:1] == ["turn"]
+    assert {p: f["status"] for p, f in _files(await host.call("session.changes", {"sessionId": sid}),
+                                              turn_id).items()} == {"made.txt": "added"}

@@ -86,10 +86,25 @@ async def test_a_warm_up_racing_the_first_requests_builds_one_client_they_all_us
     assert (len(vendor.requests), vendor.connections) == (3, 1)  # one client, so one pool and one connection
 
 
+@pytest.mark.asyncio
+async def test_ready_returns_once_the_client_a_warm_up_is_building_exists(sleep: RecordedSleep) -> None:
+    """What must not compete with the first request (a turn's first checkpoint) waits on ``ready``: it returns
+    once the client is built, by the warm-up already under way or by itself, and at once after that."""
+    async with MockVendor() as vendor:
+        model = provider(vendor, sleep)
+        warming = asyncio.create_task(asyncio.to_thread(model.warm_up))
+        await model.ready()
+        assert model._client is not None
+        await warming
+        await model.ready()
+        await model.aclose()
+
+
 def test_a_warm_up_that_cannot_build_the_client_leaves_the_error_to_the_first_request(monkeypatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     model = OpenAIProvider("gpt-test", api_key="", base_url="http://127.0.0.1:9/v1")  # the SDK refuses no key
     model.warm_up()  # no exception: nothing is waiting on it
+    asyncio.run(model.ready())  # nor here (what waits for the client to be ready is not the request)
     events = asyncio.run(collect(model.stream(request(message("user", TextBlock(text="hi"))))))
     [done] = events
     assert (done.stop_reason, done.error_code) == ("error", "PROVIDER_ERROR")
