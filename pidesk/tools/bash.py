@@ -27,9 +27,10 @@ command is in its argv) on a pipe from the host, and exits without running
 anything if that pipe closes first. Before that first byte the group is
 guarded (``tools/watchdog.py``): written to the durable record
 (``process_groups``, the store's ``process-groups`` file) and told to the
-host's watchdog, which kills it if the host dies. A spare is guarded as soon as
-it has started, while it waits (off the call that will use it); a cold shell
-between its spawn and the go-ahead. Once the group has stopped, it is forgotten
+host's watchdog, which kills it if the host dies. A spare is guarded once bash
+runs (the first byte its script prints), while it waits off the call that will
+use it, or else by the call that takes it; a cold shell between its spawn and
+the go-ahead. Once the group has stopped, it is forgotten
 again; a group that would not stop stays recorded for boot.
 """
 
@@ -41,7 +42,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
@@ -195,7 +196,7 @@ class Bash:
             shell.close()
             if stopped:  # (one that would not stop stays guarded: the watchdog or boot kills it)
                 release(shell.guarded, self.process_groups)
-        # Only now: a spawn holds the event loop ~1 ms (fork and exec), which during the command
+        # Only now: a spawn holds the event loop ~0.5 ms (fork and exec), which during the command
         # delayed noticing its exit by as much; from here it overlaps the caller's durable write of
         # the result and the model's next answer.
         self._start_spare()
@@ -232,7 +233,7 @@ class Bash:
         data = command.encode() + b"\0"
         shell = self._take_spare() if len(data) <= WARM_LIMIT else None
         if shell is not None:
-            keep_guarded(shell.guarded)
+            keep_guarded(shell.guarded)  # (guarded by now: _take_spare sees to it)
         else:
             data = b"\n"  # the go-ahead: the command is in the argv
             try:
@@ -258,10 +259,11 @@ class Bash:
             loop.call_soon(self._spawn_spare, spare)
 
     def _spawn_spare(self, spare: asyncio.Future[_Shell]) -> None:
-        """The next call's shell, guarded as soon as it runs: the call that takes it hands it the command
-        with nothing left to record (the record and the watchdog cost ~0.15 ms a call when done there).
-        A spare that cannot start or be recorded is never used: the call starts a cold shell, which
-        reports why."""
+        """The next call's shell, guarded once bash runs: the call that takes it hands it the command with
+        nothing left to record. Not at once: the guard reads the leader's start time from /proc, and while
+        the kernel still runs bash's exec that read waits for it (up to ~2 ms of a stalled event loop here,
+        one spawn in five). A spare that cannot start or be recorded is never used: the call starts a cold
+        shell, which reports why."""
         if spare.done():  # taken or closed before it started
             return
         try:
@@ -269,13 +271,19 @@ class Bash:
         except OSError as exc:
             spare.set_exception(exc)
             return
-        try:
-            shell.guarded = guard(shell.pid, self.process_groups)
-        except OSError as exc:
-            _retire(shell, self.process_groups)
-            spare.set_exception(exc)
-            return
+        shell.guard_due = True
+        shell.when_running(lambda: self._guard_spare(shell))
         spare.set_result(shell)
+
+    def _guard_spare(self, shell: _Shell) -> bool:
+        """Guard a spare that is not yet guarded; False if that failed (it must not be used)."""
+        if shell.guard_due and shell.returncode is None:
+            try:
+                shell.guarded = guard(shell.pid, self.process_groups)
+            except OSError:  # (the call that takes it retires it)
+                return False
+            shell.guard_due = False
+        return True
 
     def _take_spare(self) -> _Shell | None:
         spare, self._spare = self._spare, None
@@ -288,7 +296,8 @@ class Bash:
             self._discard(spare)
             return None
         shell = spare.result()
-        if shell.returncode is not None:  # killed meanwhile: start afresh
+        # killed meanwhile: start afresh; not running yet, or its guard failed: guarded now (or never used)
+        if shell.returncode is not None or not self._guard_spare(shell):
             _retire(shell, self.process_groups)
             return None
         return shell
@@ -317,6 +326,9 @@ class _Shell:
     def __init__(self, argv: list[str], *, cwd: Path, env: Mapping[str, str] | None, max_output: int) -> None:
         self.collector = collector = _Collector(max_output)
         self.guarded: Guarded | None = None
+        self.guard_due = False  # a spare started but not yet guarded
+        self._on_running: Callable[[], object] | None = None
+        self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # (see when_running)
         self.returncode: int | None = None
         stdin, self.stdin = os.pipe()
         self.output, output = os.pipe()
@@ -341,6 +353,11 @@ class _Shell:
             self._exited(self._popen.wait())
             self.close()
             raise
+
+    def when_running(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once bash runs, then resolve ``running``: at ``RUNNING_MARK``, which its script
+        (``_WAIT_FOR_COMMAND``) prints before it reads its command, and which is not output."""
+        self._on_running = callback
 
     def hand(self, data: bytes) -> None:
         """Write the shell its command (or go-ahead) and close its stdin. ``data`` is at most
@@ -373,23 +390,30 @@ class _Shell:
             return
         except OSError:
             data = b""
-        if data:
-            self.collector.add(data)
-        else:
+        if not data:
             self._close_output()
             self.collector.ended()
+            return
+        if self._on_running is not None and (at := data.find(RUNNING_MARK)) >= 0:
+            on_running, self._on_running = self._on_running, None
+            data = data[:at] + data[at + len(RUNNING_MARK):]  # (what came before it: bash's own start-up warnings)
+            on_running()
+            self.running.set_result(None)
+        self.collector.add(data)
 
     def _exited(self, returncode: int) -> None:
         self.returncode = self._popen.returncode = returncode  # (reaped: Popen must not wait for it again)
         self.collector.process_exited()
 
 
-# What a spare shell runs: wait for a NUL-terminated command on stdin (for at most
-# SPARE_IDLE_S; at EOF, when the host has gone, run nothing), then run it as
-# ``bash -c`` would, with stdin from /dev/null. The variable is unset before the
-# command's first word runs.
+RUNNING_MARK: Final = b"\x06"  # what a spare prints first: bash runs (``_Shell.when_running``)
+
+# What a spare shell runs: print RUNNING_MARK; wait for a NUL-terminated command on
+# stdin (for at most SPARE_IDLE_S; at EOF, when the host has gone, run nothing),
+# then run it as ``bash -c`` would, with stdin from /dev/null. The variable is unset
+# before the command's first word runs.
 _WAIT_FOR_COMMAND = (
-    f'IFS= read -r -d "" -t {SPARE_IDLE_S} __pidesk_command || exit 0; exec </dev/null; '
+    f'printf "\\006"; IFS= read -r -d "" -t {SPARE_IDLE_S} __pidesk_command || exit 0; exec </dev/null; '
     'eval "unset __pidesk_command; $__pidesk_command"'
 )
 

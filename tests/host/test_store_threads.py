@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import statistics
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -45,13 +46,18 @@ async def sleeps_per_job(pool: ThreadPoolExecutor) -> float:
 
 @pytest.mark.asyncio
 async def test_each_job_wakes_one_store_thread_where_the_standard_executor_wakes_two_or_more() -> None:
-    store, standard = StoreThreads(), ThreadPoolExecutor()
-    try:
-        assert await sleeps_per_job(store) <= 1.2  # the thread that ran the job, going back to sleep
-        assert await sleeps_per_job(standard) >= 1.8  # (what it replaced: the measurement can tell them apart)
-    finally:
-        store.shutdown()
-        standard.shutdown()
+    """Measured in turns, so both see the same machine: the thread that ran the job goes back to sleep (1 a
+    job, a little more when the GIL makes it wait), where the standard executor also wakes another (2 or more).
+    Load only adds sleeps, to both: the median of three turns is compared."""
+    store, standard = [], []
+    for _ in range(3):
+        for pool, sleeps in ((StoreThreads(), store), (ThreadPoolExecutor(), standard)):
+            try:
+                sleeps.append(await sleeps_per_job(pool))
+            finally:
+                pool.shutdown()
+    assert statistics.median(standard) >= 1.8  # (the herd is there to see: the measurement can tell them apart)
+    assert statistics.median(s / t for s, t in zip(store, standard)) <= 0.8, (store, standard)
 
 
 @pytest.mark.asyncio

@@ -14,8 +14,9 @@ import pytest_asyncio
 
 from pidesk.core.errors import Code
 from pidesk.tools import Bash, children, run_tool
+from pidesk.store.process_groups import ProcessGroups
 from pidesk.tools import make_bash_tool as _make_bash_tool
-from pidesk.tools.bash import _WAIT_FOR_COMMAND, WARM_LIMIT, _Collector, _wait_exit
+from pidesk.tools.bash import _WAIT_FOR_COMMAND, RUNNING_MARK, WARM_LIMIT, _Collector, _wait_exit
 from tests.scenario import gone, spare_shells
 
 # The command records its background child's pid, then waits on it.
@@ -199,6 +200,47 @@ async def test_a_long_command_takes_a_cold_shell_and_runs_all_the_same(root: Pat
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("taken", ["once running", "before it runs"])
+async def test_a_spare_is_guarded_before_its_command_and_its_running_mark_is_never_output(
+        root: Path, tmp_path: Path, taken: str) -> None:
+    """A spare shell is guarded once bash runs (the mark its script prints first), or, taken sooner, by the call
+    that takes it; either way its group is recorded before the command reaches it, and the mark is not output
+    (neither alone in its read nor ahead of the command's first bytes)."""
+    record = ProcessGroups(tmp_path / "process-groups")
+    tool = _make_bash_tool(root, process_groups=record)
+    try:
+        await tool({"command": "true"})
+        assert tool._spare is not None
+        spare = await tool._spare
+        if taken == "once running":
+            await asyncio.wait_for(spare.running, 10)
+            assert [g.pgid for g in record.recorded()] == [spare.pid]
+        result = await tool({"command": "echo $$; printf no-newline"})
+        assert result.output == f"{spare.pid}\nno-newline\n[exit code 0]"  # (this very spare ran it)
+        assert spare.pid in {int(line.split()[1]) for line in record.path.read_text().splitlines()
+                             if line.startswith("+")}
+    finally:
+        await tool.aclose()
+        record.close()
+
+
+@pytest.mark.asyncio
+async def test_a_spare_whose_bash_warns_as_it_starts_still_hides_its_mark(root: Path) -> None:
+    """bash's own start-up warnings (an unknown locale) come before the mark: they stay in the output, as they
+    did from a cold shell, and the mark still goes."""
+    tool = _make_bash_tool(root, env={"PATH": os.environ["PATH"], "LC_ALL": "xx_XX.nonexistent"})
+    try:
+        await tool({"command": "true"})
+        assert tool._spare is not None
+        spare = await tool._spare
+        await asyncio.wait_for(spare.running, 10)
+        result = await tool({"command": "echo warm"})
+        assert "warm\n[exit code 0]" in result.output and RUNNING_MARK.decode() not in result.output
+    finally:
+        await tool.aclose()
+
+
+@pytest.mark.asyncio
 async def test_closing_the_tool_kills_its_spare_shell(root: Path) -> None:
     tool = _make_bash_tool(root)
     before = spare_shells()
@@ -217,7 +259,7 @@ def test_a_spare_whose_host_went_away_runs_nothing_and_exits(root: Path) -> None
     marker = root / "ran"
     spare = subprocess.run(["bash", "-c", _WAIT_FOR_COMMAND], input=f"touch {marker}".encode(),  # no NUL: cut short
                            capture_output=True, timeout=10, cwd=root)
-    assert spare.returncode == 0 and spare.stdout == b"" and not marker.exists()
+    assert spare.returncode == 0 and spare.stdout == RUNNING_MARK and not marker.exists()  # (the mark: it ran)
 
 
 @pytest.mark.asyncio
