@@ -28,9 +28,9 @@ anything if that pipe closes first. Before that first byte the group is
 guarded (``tools/watchdog.py``): written to the durable record
 (``process_groups``, the store's ``process-groups`` file) and told to the
 host's watchdog, which kills it if the host dies. A spare is guarded once bash
-runs (the first byte its script prints), while it waits off the call that will
-use it, or else by the call that takes it; a cold shell between its spawn and
-the go-ahead. Once the group has stopped, it is forgotten
+runs (a byte its script prints before it reads its command), while it waits off
+the call that will use it, or else by the call that takes it; a cold shell
+between its spawn and the go-ahead. Once the group has stopped, it is forgotten
 again; a group that would not stop stays recorded for boot.
 """
 
@@ -406,7 +406,7 @@ class _Shell:
         self.collector.process_exited()
 
 
-RUNNING_MARK: Final = b"\x06"  # what a spare prints first: bash runs (``_Shell.when_running``)
+RUNNING_MARK: Final = b"\x06"  # what a spare prints before it reads its command: bash runs (``when_running``)
 
 # What a spare shell runs: print RUNNING_MARK; wait for a NUL-terminated command on
 # stdin (for at most SPARE_IDLE_S; at EOF, when the host has gone, run nothing),
