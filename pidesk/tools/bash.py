@@ -30,7 +30,7 @@ guarded (``tools/watchdog.py``): written to the durable record
 host's watchdog, which kills it if the host dies. A spare is guarded once bash
 runs (a byte its script prints before it reads its command), while it waits off
 the call that will use it, or else by the call that takes it; a cold shell
-between its spawn and the go-ahead. Once the group has stopped, it is forgotten
+once bash runs too, before its go-ahead. Once the group has stopped, it is forgotten
 again; a group that would not stop stays recorded for boot.
 """
 
@@ -57,6 +57,7 @@ log = logging.getLogger("pidesk.tools.bash")
 MAX_TIMEOUT_MS: Final = 600_000
 _KILL_WAIT_S: Final = 2.0
 _EOF_WAIT_S: Final = 0.5
+_START_WAIT_S: Final = 10.0  # how long a cold shell's guard waits for bash to run (then it reads /proc anyway)
 _POLL_S: Final = 0.01
 _EXIT_CHECK_S: Final = 1.0  # how often a running command's process is checked directly (_wait_exit)
 WARM_LIMIT: Final = 1024  # bytes of command (and its NUL) a spare shell is handed; longer ones start cold
@@ -179,7 +180,7 @@ class Bash:
         )
         if "\0" in command:
             raise ToolFailure(Code.INVALID_ARGUMENTS, "Bash: a command cannot contain a NUL character")
-        shell = self._start(command)
+        shell = await self._start(command)
         group, collector = shell.pid, shell.collector
         stopped = False
         try:
@@ -226,10 +227,10 @@ class Bash:
         if not spare.cancelled() and spare.exception() is None:
             await asyncio.wait({spare.result().collector.exited}, timeout=_KILL_WAIT_S)
 
-    def _start(self, command: str) -> _Shell:
+    async def _start(self, command: str) -> _Shell:
         """The command running: in the spare shell if there is a fresh one (guarded since it started),
-        else in a new (gated) shell, guarded here; either way before the shell gets the first byte that
-        lets it run anything."""
+        else in a new (gated) shell, guarded here once bash runs (as a spare is, and for the same reason);
+        either way before the shell gets the first byte that lets it run anything."""
         data = command.encode() + b"\0"
         shell = self._take_spare() if len(data) <= WARM_LIMIT else None
         if shell is not None:
@@ -240,6 +241,13 @@ class Bash:
                 shell = self._spawn(["-c", _RUN_WHEN_TOLD, self.bash, command])
             except OSError as exc:
                 raise ToolFailure(None, f"Bash: cannot start {self.bash} in {self.root}: {exc}") from None
+            shell.when_running(lambda: None)
+            try:  # (a shell that could not start, a sandbox that failed: its exit, and the guard finds it gone)
+                await asyncio.wait({shell.running, shell.collector.exited}, timeout=_START_WAIT_S,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:  # cancelled: it has run nothing and never will
+                _retire(shell, self.process_groups)
+                raise
             try:
                 shell.guarded = guard(shell.pid, self.process_groups)
             except OSError as exc:  # not recorded: it must not run (nothing of it has)
@@ -355,8 +363,8 @@ class _Shell:
             raise
 
     def when_running(self, callback: Callable[[], object]) -> None:
-        """Call ``callback`` once bash runs, then resolve ``running``: at ``RUNNING_MARK``, which its script
-        (``_WAIT_FOR_COMMAND``) prints before it reads its command, and which is not output."""
+        """Call ``callback`` once bash runs, then resolve ``running``: at ``RUNNING_MARK``, which both scripts
+        (``_WAIT_FOR_COMMAND``, ``_RUN_WHEN_TOLD``) print before they read stdin, and which is not output."""
         self._on_running = callback
 
     def hand(self, data: bytes) -> None:
@@ -406,7 +414,7 @@ class _Shell:
         self.collector.process_exited()
 
 
-RUNNING_MARK: Final = b"\x06"  # what a spare prints before it reads its command: bash runs (``when_running``)
+RUNNING_MARK: Final = b"\x06"  # what a shell prints before it reads its command: bash runs (``when_running``)
 
 # What a spare shell runs: print RUNNING_MARK; wait for a NUL-terminated command on
 # stdin (for at most SPARE_IDLE_S; at EOF, when the host has gone, run nothing),
@@ -417,11 +425,12 @@ _WAIT_FOR_COMMAND = (
     'eval "unset __pidesk_command; $__pidesk_command"'
 )
 
-# What a cold shell runs, as ``bash -c _RUN_WHEN_TOLD BASH COMMAND``: the same, with the
-# command in $1 and a line on stdin as the go-ahead; ``shift`` runs before the command's
+# What a cold shell runs, as ``bash -c _RUN_WHEN_TOLD BASH COMMAND``: the same (RUNNING_MARK
+# first too), with the command in $1 and a line on stdin as the go-ahead; ``shift`` runs before the command's
 # first word, which sees no positional parameters, as under ``bash -c COMMAND``.
 _RUN_WHEN_TOLD = (
-    f'IFS= read -r -t {SPARE_IDLE_S} __pidesk_go || exit 0; exec </dev/null; unset __pidesk_go; eval "shift; $1"'
+    f'printf "\\006"; IFS= read -r -t {SPARE_IDLE_S} __pidesk_go || exit 0; exec </dev/null; unset __pidesk_go; '
+    'eval "shift; $1"'
 )
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -238,6 +239,42 @@ async def test_a_spare_whose_bash_warns_as_it_starts_still_hides_its_mark(root: 
         assert "warm\n[exit code 0]" in result.output and RUNNING_MARK.decode() not in result.output
     finally:
         await tool.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_call_cancelled_while_its_cold_shell_starts_runs_nothing_and_leaves_no_process(root: Path) -> None:
+    """A cold shell is guarded once bash runs, so its call waits a moment before the go-ahead; cancelled in that
+    moment (an abort), the shell is killed and the command never runs."""
+    tool = _make_bash_tool(root)
+    try:
+        before = _children()
+        call = asyncio.create_task(tool({"command": "touch ran"}))
+        while call.done() or not _children() - before:  # (the shell is spawned: bounded by the test's timeout)
+            assert not call.done(), call
+            await asyncio.sleep(0)
+        started = _children() - before
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        async with asyncio.timeout(10):
+            while not all(gone(pid) for pid in started):
+                await asyncio.sleep(0.01)  # (a process's end: observed by polling, bounded)
+        assert not (root / "ran").exists()
+    finally:
+        await tool.aclose()
+
+
+def _children() -> set[int]:
+    """This process's children that are live cold shells (waiting for a go-ahead or running)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+                if int(stat[1]) == os.getpid() and b"__pidesk_go" in Path(f"/proc/{entry}/cmdline").read_bytes() \
+                        and stat[0] not in (b"Z", b"X"):
+                    found.add(int(entry))
+    return found
 
 
 @pytest.mark.asyncio
