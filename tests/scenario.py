@@ -117,6 +117,16 @@ async def die(host: Host) -> None:
 
 def spare_shells() -> set[int]:
     """This process's children that are Bash spare shells waiting for a command (tools/bash.py)."""
+    return shells(b"__pidesk_command")
+
+
+def cold_shells() -> set[int]:
+    """This process's children that are Bash cold shells, waiting for their go-ahead or running."""
+    return shells(b"__pidesk_go")
+
+
+def shells(marker: bytes) -> set[int]:
+    """This process's live children whose command line holds ``marker``."""
     found = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -126,6 +136,6 @@ def spare_shells() -> set[int]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == os.getpid() and b"__pidesk_command" in cmdline and stat[0] not in (b"Z", b"X"):
+        if int(stat[1]) == os.getpid() and marker in cmdline and stat[0] not in (b"Z", b"X"):
             found.add(int(entry))
     return found

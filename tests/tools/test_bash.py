@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pidesk.tools import Bash, children, run_tool
 from pidesk.store.process_groups import ProcessGroups
 from pidesk.tools import make_bash_tool as _make_bash_tool
 from pidesk.tools.bash import _WAIT_FOR_COMMAND, RUNNING_MARK, WARM_LIMIT, _Collector, _wait_exit
-from tests.scenario import gone, spare_shells
+from tests.scenario import cold_shells, gone, spare_shells
 
 # The command records its background child's pid, then waits on it.
 SPAWNS_GRANDCHILD = "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; wait"
@@ -247,12 +246,12 @@ async def test_a_call_cancelled_while_its_cold_shell_starts_runs_nothing_and_lea
     moment (an abort), the shell is killed and the command never runs."""
     tool = _make_bash_tool(root)
     try:
-        before = _children()
+        before = cold_shells()
         call = asyncio.create_task(tool({"command": "touch ran"}))
-        while call.done() or not _children() - before:  # (the shell is spawned: bounded by the test's timeout)
+        while call.done() or not cold_shells() - before:  # (the shell is spawned: bounded by the test's timeout)
             assert not call.done(), call
             await asyncio.sleep(0)
-        started = _children() - before
+        started = cold_shells() - before
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
@@ -262,19 +261,6 @@ async def test_a_call_cancelled_while_its_cold_shell_starts_runs_nothing_and_lea
         assert not (root / "ran").exists()
     finally:
         await tool.aclose()
-
-
-def _children() -> set[int]:
-    """This process's children that are live cold shells (waiting for a go-ahead or running)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-                if int(stat[1]) == os.getpid() and b"__pidesk_go" in Path(f"/proc/{entry}/cmdline").read_bytes() \
-                        and stat[0] not in (b"Z", b"X"):
-                    found.add(int(entry))
-    return found
 
 
 @pytest.mark.asyncio
