@@ -38,10 +38,8 @@ import ctypes
 import errno
 import functools
 import os
-import queue
 import select
 import struct
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -153,13 +151,11 @@ class TreeWatch:
         return self._fd >= 0 and not select.select([self._fd], [], [], 0)[0]
 
     def close(self) -> None:
-        """Stop watching at once. The descriptor itself is closed on a thread of its own: the close
-        waits out a kernel grace period (up to ~16 ms here, two closes in five), which stalled the
-        event loop whenever the checkpoints stopped watching an idle root."""
-        fd, self._fd = self._fd, -1
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._fd = -1
         self._dirs = {}
-        if fd >= 0:
-            _CLOSER.close(fd)
 
     # ---- inside ---------------------------------------------------------------------------
 
@@ -250,29 +246,3 @@ class TreeWatch:
             if directory == rel or directory.startswith(prefix):
                 self._libc.inotify_rm_watch(self._fd, wd)
                 del self._dirs[wd]
-
-
-class _Closer:
-    """A thread that closes the descriptors handed to it, started on first use."""
-
-    def __init__(self) -> None:
-        self.pending: queue.Queue[int] = queue.Queue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def close(self, fd: int) -> None:
-        self.pending.put(fd)
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():  # (none yet, or this is a forked child)
-                self._thread = threading.Thread(target=self._run, name="pidesk-unwatch", daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            fd = self.pending.get()
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            self.pending.task_done()
-
-
-_CLOSER = _Closer()

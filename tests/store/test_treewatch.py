@@ -13,7 +13,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pidesk.store.checkpoints import ShadowRepo
-from pidesk.store.treewatch import _CLOSER, TreeWatch
+from pidesk.store.treewatch import TreeWatch
 
 if not TreeWatch(Path(".")).available:
     pytest.skip("inotify is not available here (Linux only)", allow_module_level=True)
@@ -153,29 +152,3 @@ async def test_issue17_past_the_watch_limits_a_snapshot_scans_everything_and_mis
         assert await burst.snapshot() == await scanner.snapshot()
     finally:
         burst.close()
-
-
-def test_closing_a_watch_returns_at_once_and_its_descriptor_is_released_soon_after(tmp_path: Path) -> None:
-    """Closing an inotify descriptor waits out a kernel grace period, up to ~16 ms two times in five here; the
-    checkpoints close a watch on the event loop (an idle root past the watched few). ``close`` hands the descriptor
-    to a thread of its own: ten closes take well under a millisecond each, and every descriptor is then released."""
-    for d in range(20):
-        (tmp_path / f"d{d}" / "sub").mkdir(parents=True)
-    took, descriptors = 0.0, []
-    first = TreeWatch(tmp_path)
-    first.start(lambda _: False)
-    first.close()  # (the closing thread starts with the first close)
-    for _ in range(10):
-        watch = TreeWatch(tmp_path)
-        watch.start(lambda _: False)
-        assert watch.watching
-        descriptors.append(watch._fd)
-        began = time.perf_counter()
-        watch.close()
-        took += time.perf_counter() - began
-        assert not watch.watching
-    _CLOSER.pending.join()  # (the closing thread has closed every descriptor handed to it)
-    assert took < 0.005, f"ten closes held their caller {took * 1000:.1f} ms"
-    for fd in descriptors:
-        with contextlib.suppress(FileNotFoundError):  # (closed, and its number not taken again)
-            assert os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:inotify"
