@@ -42,7 +42,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
@@ -241,7 +241,6 @@ class Bash:
                 shell = self._spawn(["-c", _RUN_WHEN_TOLD, self.bash, command])
             except OSError as exc:
                 raise ToolFailure(None, f"Bash: cannot start {self.bash} in {self.root}: {exc}") from None
-            shell.when_running(lambda: None)
             try:  # (a shell that could not start, a sandbox that failed: its exit, and the guard finds it gone)
                 await asyncio.wait({shell.running, shell.collector.exited}, timeout=_START_WAIT_S,
                                    return_when=asyncio.FIRST_COMPLETED)
@@ -280,7 +279,7 @@ class Bash:
             spare.set_exception(exc)
             return
         shell.guard_due = True
-        shell.when_running(lambda: self._guard_spare(shell))
+        shell.running.add_done_callback(lambda _: self._guard_spare(shell))
         spare.set_result(shell)
 
     def _guard_spare(self, shell: _Shell) -> bool:
@@ -335,8 +334,9 @@ class _Shell:
         self.collector = collector = _Collector(max_output)
         self.guarded: Guarded | None = None
         self.guard_due = False  # a spare started but not yet guarded
-        self._on_running: Callable[[], object] | None = None
-        self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # (see when_running)
+        # Done once bash runs: at RUNNING_MARK, which both scripts (_WAIT_FOR_COMMAND, _RUN_WHEN_TOLD)
+        # print before they read stdin, and which is not output.
+        self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.returncode: int | None = None
         stdin, self.stdin = os.pipe()
         self.output, output = os.pipe()
@@ -361,11 +361,6 @@ class _Shell:
             self._exited(self._popen.wait())
             self.close()
             raise
-
-    def when_running(self, callback: Callable[[], object]) -> None:
-        """Call ``callback`` once bash runs, then resolve ``running``: at ``RUNNING_MARK``, which both scripts
-        (``_WAIT_FOR_COMMAND``, ``_RUN_WHEN_TOLD``) print before they read stdin, and which is not output."""
-        self._on_running = callback
 
     def hand(self, data: bytes) -> None:
         """Write the shell its command (or go-ahead) and close its stdin. ``data`` is at most
@@ -402,10 +397,8 @@ class _Shell:
             self._close_output()
             self.collector.ended()
             return
-        if self._on_running is not None and (at := data.find(RUNNING_MARK)) >= 0:
-            on_running, self._on_running = self._on_running, None
+        if not self.running.done() and (at := data.find(RUNNING_MARK)) >= 0:
             data = data[:at] + data[at + len(RUNNING_MARK):]  # (what came before it: bash's own start-up warnings)
-            on_running()
             self.running.set_result(None)
         self.collector.add(data)
 
@@ -414,7 +407,7 @@ class _Shell:
         self.collector.process_exited()
 
 
-RUNNING_MARK: Final = b"\x06"  # what a shell prints before it reads its command: bash runs (``when_running``)
+RUNNING_MARK: Final = b"\x06"  # what a shell prints before it reads its command: bash runs (``_Shell.running``)
 
 # What a spare shell runs: print RUNNING_MARK; wait for a NUL-terminated command on
 # stdin (for at most SPARE_IDLE_S; at EOF, when the host has gone, run nothing),
