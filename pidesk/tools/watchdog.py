@@ -5,12 +5,12 @@ did not detach itself with ``setsid``) never runs on after the host process is
 gone — whether the host exited, crashed or was ``kill -9``'d (issue 15, item 7).
 
 Design: one *watchdog* per host process, started on the first guarded group
-(``sys.executable -I -S`` on this very file, in a session of its own). The host
+(``tools/reaper.py`` run by ``sys.executable -I -S``, in a session of its own). The host
 holds the write end of a pipe to its stdin and tells it ``+ pgid start`` before a
 group's command runs and ``- pgid start`` once the group is gone. The kernel
 closes that pipe when the host dies, however it dies; the watchdog, asleep until
-that hang-up (it reads its lines only every ``_DRAIN_S`` meanwhile), reads EOF
-and SIGKILLs every group it still knows (``kill_group``), then exits.
+that hang-up (it reads its lines only every ``reaper.DRAIN_S`` meanwhile),
+reads EOF and SIGKILLs every group it still knows (``kill_group``), then exits.
 
 Why not ``PR_SET_PDEATHSIG`` on each call's child, through a small launcher:
 
@@ -38,19 +38,17 @@ the OOM killer). Either way a group is killed only while its leader is the
 process that was recorded: same pid, same start time (``/proc/<pid>/stat``
 field 22) and, at boot, the same boot id. A pid the kernel reused is left alone.
 
-This file runs as the watchdog: below the host-side code it needs only the
-standard library, and ``main`` is its entry point.
+The watchdog process itself, and the /proc reads and the kill it shares with
+boot, are ``tools/reaper.py``: a few standard-library modules, no more, since it
+starts beside a turn's first tool calls.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import fcntl
 import logging
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -58,13 +56,15 @@ import time
 from collections.abc import Iterable
 from typing import Final, Protocol
 
+from pidesk.tools import reaper
+from pidesk.tools.reaper import boot_id, kill_group, running_members, start_time
+
 log = logging.getLogger("pidesk.tools.watchdog")
 
 _STOP_WAIT_S: Final = 2.0  # how long boot waits for the groups it killed to stop
 _POLL_S: Final = 0.01
 _RETRY_S: Final = 10.0  # a watchdog that could not start is not tried again sooner
-_DRAIN_S: Final = 0.5  # how often a watchdog reads the lines its host wrote
-_PIPE_BYTES: Final = 1 << 20  # the pipe's room for them meanwhile
+COMMAND: Final = [sys.executable, "-I", "-S", os.path.abspath(reaper.__file__)]  # the watchdog process
 
 
 class GroupRecord(Protocol):
@@ -205,7 +205,7 @@ class Watchdog:
             return False
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", os.path.abspath(__file__)],
+                COMMAND,
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 cwd="/", start_new_session=True,
             )
@@ -244,127 +244,3 @@ WATCHDOG: Final = Watchdog()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=WATCHDOG._forked)
 atexit.register(WATCHDOG.close)
-
-
-# ---- the standard-library half: /proc, the kill, and the watchdog's entry point ----------------------
-
-
-_BOOT_ID: list[str] = []
-
-
-def boot_id() -> str:
-    """This boot of the kernel (``/proc/sys/kernel/random/boot_id``); a constant where there is none."""
-    if not _BOOT_ID:
-        try:
-            with open("/proc/sys/kernel/random/boot_id") as file:
-                _BOOT_ID.append(file.read().strip() or "unknown")
-        except OSError:
-            _BOOT_ID.append("unknown")
-    return _BOOT_ID[0]
-
-
-def _stat(pid: int) -> list[bytes] | None:
-    """``/proc/<pid>/stat`` from field 3 (the state) on; None if there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return file.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def start_time(pid: int) -> int | None:
-    """When the process started (field 22, clock ticks since boot); None if there is no such process."""
-    fields = _stat(pid)
-    return int(fields[19]) if fields is not None and len(fields) > 19 else None
-
-
-def running_members(pgid: int) -> list[tuple[int, int, int]]:
-    """``(pid, session, start)`` of every process in group ``pgid`` that is not a zombie."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    found = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        fields = _stat(int(entry))
-        if fields is None or len(fields) <= 19 or fields[0] in (b"Z", b"X") or int(fields[2]) != pgid:
-            continue
-        found.append((int(entry), int(fields[3]), int(fields[19])))
-    return found
-
-
-def kill_group(pgid: int, start: int) -> bool:
-    """SIGKILL group ``pgid`` if it is still the one whose leader started at ``start``; True if it was running.
-
-    The leader's pid names the group for as long as any member lives (the kernel hands out no pid still
-    used as a group id). A leader alive or a zombie must have the recorded start time; a leader already
-    reaped leaves members that must all belong to its session and have started after it.
-    """
-    members = running_members(pgid)
-    if not members:
-        return False
-    leader = start_time(pgid)
-    if leader is not None and leader != start:
-        return False  # the pid is another process's now
-    if leader is None and any(session != pgid or born < start for _pid, session, born in members):
-        return False
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def main() -> None:
-    """The watchdog: learn the groups from stdin; at EOF (the host is gone) kill those still running.
-
-    It sleeps until the host hangs up, and reads what it was told only every ``_DRAIN_S`` meanwhile:
-    woken by each line, it would take a CPU from the host at the start and end of every Bash call
-    (docs/benchmarks.md, the peer benchmark). Between reads the pipe holds ``_PIPE_BYTES``, tens of
-    thousands of lines, where a host writes two per call; should it fill, the host logs it and boot's
-    kill (the durable record) covers what the watchdog missed."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's ^C is for the host, which then closes the pipe)
-    fd = sys.stdin.fileno()
-    os.set_blocking(fd, False)
-    with contextlib.suppress(AttributeError, OSError):  # (Linux only; a smaller pipe still works)
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-    hangup = select.poll()
-    hangup.register(fd, 0)  # (no events asked: POLLHUP, the host gone, is reported regardless)
-    groups: dict[tuple[int, int], None] = {}
-    unread = b""
-    while True:
-        data, ended = _read_available(fd)
-        *lines, unread = (unread + data).split(b"\n")
-        for line in lines:
-            fields = line.split()
-            if len(fields) != 3 or fields[0] not in (b"+", b"-"):
-                continue
-            key = (int(fields[1]), int(fields[2]))
-            if fields[0] == b"+":
-                groups[key] = None
-            else:
-                groups.pop(key, None)
-        if ended:
-            break
-        hangup.poll(_DRAIN_S * 1000)
-    for pgid, start in groups:
-        kill_group(pgid, start)
-
-
-def _read_available(fd: int) -> tuple[bytes, bool]:
-    """What the non-blocking ``fd`` holds now, and whether it has reached EOF."""
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            return b"".join(chunks), False
-        if not chunk:
-            return b"".join(chunks), True
-        chunks.append(chunk)
-
-
-if __name__ == "__main__":
-    main()

@@ -28,7 +28,7 @@ import pytest
 from crash_harness import rows
 
 from pidesk.store.process_groups import ProcessGroups
-from pidesk.tools.watchdog import boot_id, start_time
+from pidesk.tools.reaper import boot_id, start_time
 from tests.tools.test_bash_host_death import (
     DELAY_S,
     LATE_COMMAND,
@@ -52,14 +52,14 @@ class CrashedHost:
         self.group = read_group(self.fifo)
 
     def watchdog(self) -> int:
-        """The host's watchdog: its child running tools/watchdog.py."""
+        """The host's watchdog: its child running tools/reaper.py."""
         for entry in os.listdir("/proc"):
             try:
                 stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except (OSError, IndexError):
                 continue
-            if int(stat[1]) == self.proc.pid and b"watchdog.py" in cmdline:
+            if int(stat[1]) == self.proc.pid and b"reaper.py" in cmdline:
                 return int(entry)
         raise AssertionError("the host started no watchdog")
 

@@ -25,7 +25,8 @@ import pytest
 
 from pidesk.store.process_groups import ProcessGroups
 from pidesk.tools import make_bash_tool, run_tool
-from pidesk.tools.watchdog import _DRAIN_S, WATCHDOG, start_time
+from pidesk.tools.reaper import DRAIN_S, start_time
+from pidesk.tools.watchdog import COMMAND, WATCHDOG
 
 REPO = Path(__file__).resolve().parents[2]
 DELAY_S = 2  # the command's sleep before its late write
@@ -192,16 +193,29 @@ async def test_the_watchdog_sleeps_through_bash_calls(root: Path) -> None:
         before, began = context_switches(WATCHDOG.pid), time.monotonic()
         for _ in range(40):
             assert (await run_tool(tool, {"command": "true"})).ok
-        drains = (time.monotonic() - began) / _DRAIN_S + 1  # (its periodic reads, however slow the machine)
+        drains = (time.monotonic() - began) / DRAIN_S + 1  # (its periodic reads, however slow the machine)
         assert context_switches(WATCHDOG.pid) - before <= 2 * drains + 2
     finally:
         await tool.aclose()
 
 
+def test_the_watchdog_starts_on_a_few_small_modules() -> None:
+    """The watchdog starts beside a turn's first Bash calls and takes its CPU from them: it loads no pidesk
+    module and none of the heavier standard library (``logging``, ``subprocess``, ``threading`` made its
+    start ~25 ms of CPU, against ~10 now)."""
+    command = [COMMAND[0], "-X", "importtime", *COMMAND[1:]]
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    assert done.returncode == 0  # (EOF at once: no host, nothing to kill)
+    loaded = {line.rsplit("|", 1)[1].strip() for line in done.stderr.decode().splitlines() if "|" in line}
+    assert "fcntl" in loaded  # (the listing is what the watchdog imported)
+    assert not {"logging", "subprocess", "threading"} & loaded
+    assert not [name for name in loaded if name.startswith("pidesk")]
+
+
 def test_at_hang_up_the_watchdog_acts_on_every_line_it_had_not_read(tmp_path: Path) -> None:
     """The lines a watchdog has not read yet count when its host hangs up: a burst of groups that started and
     ended, then one that runs — that one is killed, and the watchdog exits cleanly."""
-    watchdog = subprocess.Popen([sys.executable, "-I", "-S", str(REPO / "pidesk" / "tools" / "watchdog.py")],
+    watchdog = subprocess.Popen(COMMAND,
                                 stdin=subprocess.PIPE, start_new_session=True)
     group = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
