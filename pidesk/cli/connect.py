@@ -7,6 +7,7 @@ PROTOCOL.md names, raising ``PideskError`` with the wire's stable code.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
@@ -144,8 +145,20 @@ async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterato
 
 
 def _warm_up(provider: object) -> None:
-    """Start importing a vendor SDK (~0.4 s) now, in a thread, so it overlaps the host's imports,
-    its opening and the prompt's durable writes instead of following them."""
+    """Start importing a vendor SDK (~0.7 s) now, in a thread, so it overlaps the host's imports,
+    its opening and the prompt's durable writes instead of following them; then freeze the start-up.
+
+    The freeze (as ``serve`` does once it is up) moves every object alive then — the SDK's ~100k
+    among them — to the collector's permanent generation. Without it a turn's second full
+    collection, some 60 calls in, walked them all: a 60–70 ms stall of one tool call (docs/benchmarks.md,
+    the peer benchmark). Unlike ``serve``'s it runs beside the first turn and collects nothing first
+    (a collection would hold the GIL the first request waits on): what of that turn is alive then is
+    frozen too and, should it become cyclic garbage, never freed — once per process, bounded by what
+    a turn's start holds."""
     warm_up = getattr(provider, "warm_up", None)
     if callable(warm_up):
-        threading.Thread(target=warm_up, name="sdk-warm-up", daemon=True).start()
+        def warm_up_and_freeze() -> None:
+            warm_up()
+            gc.freeze()
+
+        threading.Thread(target=warm_up_and_freeze, name="sdk-warm-up", daemon=True).start()

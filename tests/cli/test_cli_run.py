@@ -63,3 +63,30 @@ def test_an_unattended_demo_run_does_the_work_instead_of_waiting_for_an_approval
     assert not [e for e in events if e["type"] == "plan.requested"]
     assert (project / "NOTES.md").read_text().startswith("# Notes")
     assert not (project / ".pi").exists()
+
+
+FREEZE_PROBE = """
+import gc, threading
+from pidesk.cli.connect import _warm_up
+
+class Provider:
+    def warm_up(self):
+        self.imported = [[] for _ in range(50_000)]  # what a vendor SDK's import leaves alive
+
+provider = Provider()
+_warm_up(provider)
+for thread in threading.enumerate():
+    if thread.name == "sdk-warm-up":
+        thread.join(30)
+print(hasattr(provider, "imported"), gc.get_freeze_count())
+"""
+
+
+def test_an_embedded_host_freezes_its_start_up_once_the_sdk_is_in():
+    """`pidesk run` and `pidesk chat` import the SDK beside the first turn. What is alive once it is in goes
+    to the collector's permanent generation (as `serve` does), so a long turn's full collections stop
+    walking the ~100k objects of the SDK (the second, ~60 calls in, stalled one tool call 60–70 ms)."""
+    done = subprocess.run([sys.executable, "-c", FREEZE_PROBE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    warmed, frozen = done.stdout.split()
+    assert warmed == "True" and int(frozen) >= 50_000
