@@ -78,6 +78,7 @@ from typing import TypeVar
 from pidesk.core import paths
 from pidesk.core.records import Session
 from pidesk.runtime.prompts import Environment, InstructionFile, ProjectContext, Skill
+from pidesk.tools.children import spawn
 
 FILE_CAP = 32 * 1024  # bytes of one instruction file in the prompt
 TOTAL_CAP = 64 * 1024  # bytes of all of them together
@@ -451,24 +452,24 @@ async def git_state(root: Path, env: Mapping[str, str] | None, timeout: float = 
     """(branch, changed files) of the repository holding ``root``; (None, None) when it is none, git is
     missing, or git does not answer within ``timeout``."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            "git", "-C", str(root), "-c", "core.fsmonitor=false", "--no-optional-locks",
-            "status", "--porcelain=v2", "--branch", "-z",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            env=None if env is None else {**env, "GIT_TERMINAL_PROMPT": "0"},
+        proc = await spawn(
+            ["git", "-C", str(root), "-c", "core.fsmonitor=false", "--no-optional-locks",
+             "status", "--porcelain=v2", "--branch", "-z"],
+            env=None if env is None else {**env, "GIT_TERMINAL_PROMPT": "0"}, stderr=False,
         )
     except OSError:
         return None, None
+    assert proc.stdout is not None
     try:
         async with asyncio.timeout(timeout):
-            out, _ = await proc.communicate()
+            out = await proc.stdout.read()
+            await proc.wait()
     except TimeoutError:
         proc.kill()
         await proc.wait()
         return None, None
-    except asyncio.CancelledError:  # the turn was aborted: git must not outlive it (asyncio reaps it)
-        if proc.returncode is None:
-            proc.kill()
+    except asyncio.CancelledError:  # the turn was aborted: git must not outlive it (its exit watch reaps it)
+        proc.kill()
         raise
     if proc.returncode != 0:
         return None, None

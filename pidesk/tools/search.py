@@ -26,8 +26,6 @@ import importlib.metadata
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable, Sequence
@@ -39,6 +37,7 @@ from typing import Final
 
 from pidesk.core.errors import Code
 from pidesk.tools.base import ToolFailure
+from pidesk.tools.children import spawn
 
 DEFAULT_SEARCH_TIMEOUT_S: Final = 30.0
 MAX_RECORD_BYTES: Final = 16_384  # one output record (path + line preview); the rest of a longer one is dropped
@@ -95,15 +94,7 @@ async def run_rg(
             None, f"{tool}: ripgrep (rg) is not installed; reinstall pidesk's dependencies (bin/dev)"
         )
     try:
-        proc = await asyncio.create_subprocess_exec(
-            binary,
-            *args,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        proc = await spawn([binary, *args], cwd=cwd, start_new_session=True)
     except OSError as exc:
         raise ToolFailure(None, f"{tool}: cannot start ripgrep: {exc.strerror or type(exc).__name__}") from None
     assert proc.stdout is not None and proc.stderr is not None
@@ -117,8 +108,7 @@ async def run_rg(
         timed_out = True
     finally:
         if proc.returncode is None:  # (not yet reaped: its pid, and so its group, is still ours)
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill(group=True)
             reaped = asyncio.ensure_future(proc.wait())
             await asyncio.wait({reaped}, timeout=_KILL_WAIT_S)
             reaped.cancel()
