@@ -18,6 +18,7 @@ import ipaddress
 import shutil
 import tempfile
 import threading
+from contextlib import suppress
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,13 @@ from urllib.parse import quote, unquote, urlsplit
 
 from pidesk.core.errors import Code
 from pidesk.tools.base import Tool, ToolFailure, ToolResult
+from pidesk.tools.children import spawn
 from pidesk.tools.workspace import resolve_for_read
 
 MAX_TEXT = 20_000
 FETCH_TIMEOUT = 10.0
 CHROMIUM_TIMEOUT = 30.0
+CHROMIUM_KILL_WAIT = 5.0  # how long a killed Chromium is waited for
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
 
@@ -160,13 +163,18 @@ class WorkspaceServer:
 
 
 async def _run(*argv: str) -> str:
-    process = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+    """Chromium's standard output; on the deadline or cancellation its whole process group (the browser
+    and the renderers it started) is killed and waited for, bounded."""
+    process = await spawn(argv, stderr=False, start_new_session=True)
+    assert process.stdout is not None
     try:
-        out, _ = await asyncio.wait_for(process.communicate(), CHROMIUM_TIMEOUT)
+        async with asyncio.timeout(CHROMIUM_TIMEOUT):
+            out = await process.stdout.read()
+            await process.wait()
     except (asyncio.CancelledError, TimeoutError):
-        process.kill()
-        await process.wait()
+        process.kill(group=True)
+        with suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), CHROMIUM_KILL_WAIT)
         raise
     return out.decode("utf-8", "replace")
 
