@@ -81,6 +81,11 @@ class SdkProvider(ABC):
             self._connect()
             # What httpx loads on its first request (~20 ms), loaded here rather than on the loop.
             import anyio._backends._asyncio  # noqa: F401
+            # The OpenAI SDK's first request names the OS with platform.platform(), which runs `uname -p`
+            # (on a worker thread it waits for): 6-8 ms here. The standard library keeps the answer.
+            import platform
+
+            platform.platform()
         except Exception:
             log.debug("warming up the %s client failed; the first request will say why", self.vendor, exc_info=True)
 

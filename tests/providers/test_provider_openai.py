@@ -447,3 +447,43 @@ def test_event_lines_where_chunks_split_a_crlf_or_a_line(chunks: list[bytes], ex
         return [line async for line in _lines(arrive())]
 
     assert asyncio.run(read()) == expected
+
+
+FIRST_REQUEST_PROBE = """
+import asyncio, subprocess, sys
+from pidesk.core.records import TextBlock
+from pidesk.providers.openai import OpenAIProvider
+from tests.providers.mock_vendors import OPENAI_DONE, MockVendor, Sse, collect, message, openai_chunk, request
+
+during_the_request = []
+spawn = subprocess.Popen.__init__
+
+def spying(self, args, *more, **options):
+    during_the_request.append(args)
+    spawn(self, args, *more, **options)
+
+async def main(warm):
+    async with MockVendor() as vendor:
+        vendor.script(Sse([openai_chunk(content="hi"), openai_chunk(finish_reason="stop"), OPENAI_DONE]))
+        model = OpenAIProvider("gpt-test", api_key="sk-test", base_url=f"{vendor.url}/v1")
+        if warm:
+            await asyncio.to_thread(model.warm_up)
+        subprocess.Popen.__init__ = spying
+        await collect(model.stream(request(message("user", TextBlock(text="hi")))))
+        await model.aclose()
+
+asyncio.run(main(sys.argv[1] == "warm"))
+print(during_the_request)
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_after_a_warm_up_the_first_request_waits_for_no_process(warm: bool) -> None:
+    """The SDK's first request asks ``platform.platform()`` (on a worker thread, and waits for it), which runs
+    ``uname -p``: 6-8 ms of the first request here. A warm-up has found the answer already (the standard
+    library keeps it). Without one (the control) the spawn is seen."""
+    done = subprocess.run([sys.executable, "-c", FIRST_REQUEST_PROBE, "warm" if warm else "cold"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    spawned = done.stdout.strip()
+    assert (spawned == "[]") if warm else ("uname" in spawned), spawned
