@@ -19,7 +19,7 @@ each one's exit with ``watch_exit``, the same pidfd reader without the watcher.
 ``spawn`` does the same for the other tools' children (ripgrep, ``git status``):
 on 3.11 a ``create_subprocess_exec`` still under way when ``asyncio.run`` ends
 (which cancels every task, asyncio's own pipe-connecting task among them) waits
-for that child forever, so a host stopped mid-Grep never exited.
+for that child forever, and the process never exits.
 """
 
 from __future__ import annotations

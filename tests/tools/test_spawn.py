@@ -1,9 +1,9 @@
 """``children.spawn``: the tools' children other than Bash's shells (ripgrep, ``git status``).
 
 On Python 3.11 a ``create_subprocess_exec`` still under way when ``asyncio.run`` ends waits for
-its child forever: a host stopped in the first moments of a Grep, or of a turn's ``git status``,
-never exited. These run the real callers in a process of their own and end its loop at each
-point of the spawn in turn.
+its child forever: a process whose loop ended in the first moments of a Grep, or of a turn's
+``git status``, never exited. These run the real callers in a process of their own and end its
+loop at each point of the spawn in turn.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ async def test_a_killed_child_reports_the_signal() -> None:
 
 @pytest.mark.parametrize("call", ["rg", "git"])
 @pytest.mark.parametrize("turns", range(6))
-def test_a_host_stopped_mid_spawn_exits(call: str, turns: int) -> None:
+def test_a_loop_ended_mid_spawn_lets_the_process_exit(call: str, turns: int) -> None:
     """Grep's ripgrep and the turn's ``git status`` (each spawned within the first few turns of the loop):
     the process exits at once whichever turn its loop ends on."""
     done = subprocess.run([sys.executable, "-c", STOPPED_MID_CALL, call, str(turns), str(REPO)],
