@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -11,8 +14,20 @@ import pytest
 
 from pidesk.tools.base import run_tool
 from pidesk.tools.browser import make_browser_preview_tool, visible_text
+from pidesk.tools.reaper import running_members
 
 PAGE = b"<html><head><title>My App</title><style>p{}</style></head><body><h1>Hello</h1><p>World <b>wide</b></p><script>x()</script></body></html>"
+
+
+@pytest.fixture
+def browser() -> str:
+    """Debian's Chromium: required under CI, else the test is skipped with how to install it."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must have Chromium: .ci/run installs the Debian package chromium")
+        pytest.skip("Chromium is not installed: `apt-get install chromium` to run this test")
+    return found
 
 
 @pytest.fixture
@@ -67,14 +82,7 @@ async def test_anything_but_loopback_or_workspace_files_is_refused(tmp_path, url
 
 
 @pytest.mark.asyncio
-async def test_with_chromium_the_page_is_rendered_with_a_screenshot(tmp_path, server):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        import os
-
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI must have Chromium: .ci/run installs the Debian package chromium")
-        pytest.skip("Chromium is not installed: `apt-get install chromium` to run this test")
+async def test_with_chromium_the_page_is_rendered_with_a_screenshot(tmp_path, server, browser):
     result = await make_browser_preview_tool(tmp_path, chromium=browser)({"url": server})
     assert result.ok and "Title: My App" in result.output
     shot = next(line.split(": ", 1)[1] for line in result.output.splitlines() if line.startswith("Screenshot: "))
@@ -103,19 +111,8 @@ def test_the_preview_page_server_refuses_the_hosts_data_dir_inside_the_root(tmp_
 
 
 @pytest.mark.asyncio
-async def test_an_aborted_preview_leaves_no_chromium_running(tmp_path):
+async def test_an_aborted_preview_leaves_no_chromium_running(tmp_path, browser):
     """Abort while Chromium waits for the page: nothing of Chromium runs on (its process group is killed)."""
-    import asyncio
-    import os
-    import time
-
-    from pidesk.tools.reaper import running_members
-
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI must have Chromium: .ci/run installs the Debian package chromium")
-        pytest.skip("Chromium is not installed: `apt-get install chromium` to run this test")
     asked, release = threading.Event(), threading.Event()
 
     class Stalling(BaseHTTPRequestHandler):
