@@ -473,6 +473,18 @@ async def big_ws_frame(host: DoorHost, size: int = 100 * MIB, fragment: int | No
     raise AssertionError("a 100 MB frame was not refused")
 
 
+async def closes_until_1009(host: DoorHost, fragment: int | None = None, attempts: int = 6) -> list[int | None]:
+    """The close codes of 100 MiB messages sent one after another until one clean 1009 (at most
+    ``attempts``). A reset loses the 1009 (big_ws_frame) in 4 of 10 attempts with two busy CPUs beside
+    the test: three attempts failed a run now and then (0.4³ ≈ 6 %), six leave 0.4⁶ ≈ 0.4 %."""
+    seen: list[int | None] = []
+    for _ in range(attempts):
+        seen.append(close_code(await big_ws_frame(host, fragment=fragment)))
+        if seen[-1] == 1009:
+            break
+    return seen
+
+
 def test_a_100mb_post_is_refused_without_buffering_it(fresh):
     fresh.rpc("host.hello", {"protocolVersion": 1})
     before = fresh.reset_peak()
@@ -493,11 +505,7 @@ def test_a_100mb_post_is_refused_without_buffering_it(fresh):
 @pytest.mark.asyncio
 async def test_a_100mb_websocket_frame_is_closed_1009(fresh):
     before = fresh.reset_peak()
-    seen = []
-    for _ in range(3):
-        seen.append(close_code(await big_ws_frame(fresh)))
-        if seen[-1] == 1009:
-            break
+    seen = await closes_until_1009(fresh)
     assert set(seen) <= {1009, None} and 1009 in seen, seen
     after = fresh.mem()
     grown = (after["VmHWM"] - before["VmRSS"]) / 1024
@@ -512,12 +520,7 @@ async def test_a_100mb_websocket_frame_is_closed_1009(fresh):
 @pytest.mark.asyncio
 async def test_a_100mb_message_in_4mb_fragments_is_closed_1009(fresh):
     before = fresh.reset_peak()
-    seen = []
-    for _ in range(3):  # see big_ws_frame: the 1009 can be lost to a reset; one clean 1009 is required
-        closed = await big_ws_frame(fresh, fragment=4 * MIB)
-        seen.append(close_code(closed))
-        if seen[-1] == 1009:
-            break
+    seen = await closes_until_1009(fresh, fragment=4 * MIB)
     assert set(seen) <= {1009, None} and 1009 in seen, seen
     grown = (fresh.mem()["VmHWM"] - before["VmRSS"]) / 1024
     print(f"\n(c) 100 MiB in 4 MiB fragments: closes {seen}; VmHWM +{grown:.1f} MiB")
