@@ -6,13 +6,12 @@ turn's first tool calls run, on a machine whose CPUs those calls want, so it
 imports four small standard-library modules and nothing else: the watchdog's
 whole start is ~10 ms of CPU, where one that imported ``logging``,
 ``subprocess`` and ``threading`` took ~25 ms (docs/benchmarks.md, the peer
-benchmark). Keep it that way: no pidesk import, no heavier stdlib module.
+benchmark). Keep it that way: no pidesk import, no heavier stdlib module (not even
+``__future__``: these annotations evaluate on 3.11 as they are).
 
 Every kill is by process group and checked against the leader's start time
 (``/proc/<pid>/stat`` field 22), so a pid the kernel reused is left alone.
 """
-
-from __future__ import annotations
 
 import fcntl
 import os

@@ -208,7 +208,7 @@ def test_the_watchdog_starts_on_a_few_small_modules() -> None:
     assert done.returncode == 0  # (EOF at once: no host, nothing to kill)
     loaded = {line.rsplit("|", 1)[1].strip() for line in done.stderr.decode().splitlines() if "|" in line}
     assert "fcntl" in loaded  # (the listing is what the watchdog imported)
-    assert not {"logging", "subprocess", "threading"} & loaded
+    assert not {"logging", "subprocess", "threading", "__future__"} & loaded
     assert not [name for name in loaded if name.startswith("pidesk")]
 
 
