@@ -4,14 +4,16 @@ One model request as a tool loop makes it — the real ``OpenAIProvider`` stream
 tool-call answer from ``_mock_openai`` (loopback, keep-alive, in a thread of this
 script) — timed end to end (request sent, body read, events decoded, ``Done``), over:
 
-* ``aiohttp``: the SDK's ``DefaultAioHttpClient`` (its vendored httpx-aiohttp), what a
-  plain-http:// base URL gets;
+* ``pidesk``: ``providers/transport.py`` under the SDK's httpx client, what a plain-http://
+  base URL gets;
+* ``aiohttp``: the SDK's ``DefaultAioHttpClient`` (its vendored httpx-aiohttp), which issue 16
+  §5 weighed against it — only when aiohttp is installed (``.uv/bin/uv sync --group bench``;
+  pidesk itself does not install it, and ``bin/dev`` takes it out again);
 * ``httpx``: the SDK's default httpx transport (httpcore on anyio), what https:// gets.
 
-(A third variant, pidesk's own HTTP/1.1 transport, was measured by this script before it was
-deleted: 1.184 ms a call against aiohttp's 1.242 and httpx's 1.779, medians of 600 calls each.)
 The variants are interleaved round by round (the machine is shared: its speed drifts, and
-interleaving spreads the drift over all of them), and each prints the median of its calls.
+interleaving spreads the drift over all of them), and each prints the median of its calls. This
+is the HTTP call alone; ``compare_commits.py`` weighs a choice in the whole tool loop.
 
     .venv/bin/python bench/http_transports.py [--rounds 20] [--calls 25] [--history 20]
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import random
 import statistics
@@ -38,7 +41,19 @@ from pidesk.core.records import Message, TextBlock, ToolCallBlock, ToolResultBlo
 from pidesk.providers.base import Done, ModelRequest  # noqa: E402
 from pidesk.providers.openai import OpenAIProvider  # noqa: E402
 
-VARIANTS = ("aiohttp", "httpx")
+
+
+def aiohttp_installed() -> bool:
+    return importlib.util.find_spec("aiohttp") is not None
+
+
+def with_aiohttp(provider: OpenAIProvider) -> OpenAIProvider:
+    """``provider`` with its client rebuilt on the SDK's aiohttp backend (everything else as built)."""
+    import openai
+
+    client, _ = provider._connect()
+    provider._client = client.with_options(http_client=openai.DefaultAioHttpClient())
+    return provider
 
 
 def always_a_call(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -69,16 +84,18 @@ async def one_call(provider: OpenAIProvider, request: ModelRequest) -> float:
 
 async def measure(url: str, rounds: int, calls: int, n_history: int) -> dict[str, list[float]]:
     providers: dict[str, OpenAIProvider] = {
-        "aiohttp": OpenAIProvider("mock", api_key="x", base_url=url, lean_http=True),
+        "pidesk": OpenAIProvider("mock", api_key="x", base_url=url, lean_http=True),
         "httpx": OpenAIProvider("mock", api_key="x", base_url=url, lean_http=False),
     }
+    if aiohttp_installed():
+        providers["aiohttp"] = with_aiohttp(OpenAIProvider("mock", api_key="x", base_url=url, lean_http=False))
     request = ModelRequest(session_id="s", turn_id="t", system="You are a bench.", messages=history(n_history),
                            tools=[{"name": "Bash", "description": "run", "parameters": {"type": "object"}}])
     for provider in providers.values():  # connect, import, warm the pools
         for _ in range(5):
             await one_call(provider, request)
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    order = list(VARIANTS)
+    times: dict[str, list[float]] = {name: [] for name in providers}
+    order = list(providers)
     for _ in range(rounds):
         random.shuffle(order)
         for name in order:
@@ -97,13 +114,15 @@ def main() -> int:
     args = parser.parse_args()
     with MockOpenAI(always_a_call) as mock:
         times = asyncio.run(measure(mock.url, args.rounds, args.calls, args.history))
-    base = statistics.median(times["aiohttp"])
+    base = statistics.median(times["pidesk"])
     print(f"{args.rounds} rounds x {args.calls} calls per variant, interleaved; history {args.history} round trips")
-    for name in VARIANTS:
+    if "aiohttp" not in times:
+        print("aiohttp  not installed: `.uv/bin/uv sync --group bench` adds it (`bin/dev` removes it again)")
+    for name in sorted(times, key=lambda name: statistics.median(times[name])):
         median = statistics.median(times[name])
         q = statistics.quantiles(times[name], n=10)
         print(f"{name:8s} median {median * 1000:6.3f} ms  p10 {q[0] * 1000:6.3f}  p90 {q[-1] * 1000:6.3f}"
-              f"  vs aiohttp {(median - base) * 1000:+6.3f} ms ({(median / base - 1) * 100:+5.1f} %)")
+              f"  vs pidesk {(median - base) * 1000:+6.3f} ms ({(median / base - 1) * 100:+5.1f} %)")
     return 0
 
 

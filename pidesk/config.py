@@ -10,7 +10,7 @@ about (``HostConfig.config_dir``; pidesk.host.instructions), wherever the config
     model = "openai/gpt-4.1"          # the default model (else: demo, built in and offline)
     approval_timeout = 1800           # seconds a submitted plan waits for a decision
     strict_planning = false           # true: Bash in Plan/Goal runs read-only (bubblewrap), even under auto
-    http_transport = "aiohttp"        # plain-http:// model servers: the SDK's aiohttp backend; "httpx": httpx's
+    http_transport = "pidesk"         # plain-http:// model servers: pidesk's lean transport; "httpx": httpx's
     max_retries = 10                  # retries of a failed model request (PIDESK_MAX_RETRIES, --max-retries)
     retry_after_cap = 60              # the longest Retry-After wait honoured, s (PIDESK_RETRY_AFTER_CAP)
     stream_idle_timeout = 120         # s without a byte that break a stream (PIDESK_STREAM_IDLE_TIMEOUT)
@@ -84,7 +84,7 @@ class HostConfig:
     mcp_environ: Mapping[str, str] = field(default_factory=dict, repr=False)
     # turns doing CPU work on the event loop at once (pidesk.runtime.gate): RPCs wait behind at most this many
     step_slots: int = DEFAULT_SLOTS
-    # a plain-http:// base URL gets the SDK's aiohttp backend (providers/sdk.py, docs/architecture.md);
+    # a plain-http:// base URL gets pidesk's own HTTP transport under the SDK (providers/transport.py);
     # off with PIDESK_HTTP_TRANSPORT=httpx (or the file's http_transport) or when the environment names
     # a proxy, which httpx would take (a proxy may itself be reached over TLS)
     lean_http: bool = True

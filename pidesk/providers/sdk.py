@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
@@ -30,14 +29,6 @@ def plain_http(base_url: str | None) -> bool:
     return base_url is not None and base_url.lower().startswith("http://")
 
 
-def _no_tls_trust() -> ssl.SSLContext:
-    """The TLS settings of a plain-http:// client (``lean_transport``): it never needs TLS, so it
-    trusts no certificate at all, and a redirect to an https:// URL fails (certificate not
-    verified) instead of being followed. Loading the SDK's default trust instead (its CA bundle)
-    cost 20–60 ms, all of it before the first request."""
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # (verifies certificates and host names; no CA loaded)
-
-
 class SdkProvider(ABC):
     """A provider over a vendor SDK: subclasses name the SDK, its endpoint and the struct its
     events decode into, build the request body, and turn one streamed response into events
@@ -54,7 +45,7 @@ class SdkProvider(ABC):
         self.model = model
         self._api_key = api_key
         self._base_url = base_url
-        self._lean_http = lean_http  # a plain-http:// base URL may use the aiohttp backend (HostConfig.lean_http)
+        self._lean_http = lean_http  # a plain-http:// base URL may use pidesk's transport (HostConfig.lean_http)
         self._policy = RetryPolicy(max_retries)
         self._sleep = sleep
         self._client: Any = None
@@ -98,10 +89,10 @@ class SdkProvider(ABC):
 
     @property
     def lean_transport(self) -> bool:
-        """Requests go over the SDK's aiohttp backend (``DefaultAioHttpClient``) rather than httpx's
-        own transport: a plain-http:// base URL (a local model server, where the HTTP layer is most
-        of a tool round trip's cost) and ``lean_http`` (the config's say: no proxy in the way, no
-        opt-out). docs/architecture.md "The HTTP layer" has the measurement that chose it."""
+        """Requests go over pidesk's own HTTP transport (``providers/transport.py``) rather than
+        httpx's: a plain-http:// base URL (a local model server, where the HTTP layer is most of a
+        tool round trip's cost) and ``lean_http`` (the config's say: no proxy in the way, no
+        opt-out). docs/architecture.md "The HTTP layer" has the measurements that chose it."""
         return self._lean_http and plain_http(self._base_url)
 
     async def _connected(self) -> tuple[Any, SdkErrors]:
@@ -119,7 +110,9 @@ class SdkProvider(ABC):
                 sdk, client_class = self._sdk()
                 options: dict[str, Any] = {}
                 if self.lean_transport:
-                    options["http_client"] = sdk.DefaultAioHttpClient(verify=_no_tls_trust())
+                    from pidesk.providers.transport import PlainHttpTransport
+
+                    options["http_client"] = sdk.DefaultAsyncHttpxClient(transport=PlainHttpTransport())
                 idle = self._policy.idle_timeout  # no byte for this long, before the head or in the body: broken
                 self._client = client_class(api_key=self._api_key, base_url=self._base_url, max_retries=0,
                                             timeout=httpx2.Timeout(idle, connect=min(idle, CONNECT_TIMEOUT)), **options)

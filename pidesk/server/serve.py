@@ -68,7 +68,7 @@ async def serve(config: HostConfig, provider: Provider, options: ServeOptions,
             await _listen(host, config, options, announce)
         finally:
             await host.close()
-            aclose = getattr(provider, "aclose", None)  # the SDK client's pool (aiohttp warns of one left open)
+            aclose = getattr(provider, "aclose", None)  # the SDK client's connection pool
             if callable(aclose):
                 await aclose()
     finally:

@@ -1,7 +1,7 @@
 """What the vendor tests share: the mock vendor server, a recorded sleep, and both transports.
 
-Every test that talks to the mock vendor runs twice: over the SDK's aiohttp backend (what a
-loopback ``http://`` base URL gets, ``providers/sdk.py``) and over httpx's default transport
+Every test that talks to the mock vendor runs twice: over pidesk's plain-HTTP transport (what a
+loopback ``http://`` base URL gets, ``providers/transport.py``) and over httpx's default transport
 (what ``https://`` addresses and proxied clients get), so both are held to the same behaviour."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pidesk.providers.sdk as sdk_module
 from tests.providers.mock_vendors import MockVendor, RecordedSleep
 
 
-@pytest.fixture(params=["aiohttp", "httpx-default"])
+@pytest.fixture(params=["plain-http", "httpx-default"])
 def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "httpx-default":
         monkeypatch.setattr(sdk_module, "plain_http", lambda base_url: False)

@@ -1,5 +1,6 @@
-"""Which HTTP layer a provider's requests take (docs/architecture.md "The HTTP layer"): the SDK's
-aiohttp backend for plain-http:// model servers, httpx's own transport for https:// and proxies."""
+"""Which HTTP layer a provider's requests take (docs/architecture.md "The HTTP layer"): pidesk's
+own transport (``providers/transport.py``) for plain-http:// model servers, httpx's for https://
+and proxies."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pidesk.config import HostConfig
 from pidesk.providers.sdk import plain_http
 
 
-def test_plain_http_base_urls_get_the_aiohttp_backend_and_the_config_can_turn_it_off(tmp_path: Path) -> None:
+def test_plain_http_base_urls_get_pidesks_transport_and_the_config_can_turn_it_off(tmp_path: Path) -> None:
     assert plain_http("http://127.0.0.1:11434/v1") and plain_http("HTTP://gpu-box:8000/v1")
     assert not plain_http("https://api.openai.com/v1")
     assert not plain_http(None)  # the vendor's default: https
@@ -25,10 +26,10 @@ def test_plain_http_base_urls_get_the_aiohttp_backend_and_the_config_can_turn_it
     assert not lean(PIDESK_HTTP_TRANSPORT="httpx")  # the way out, should a server need it
     (tmp_path / "httpx.toml").write_text('http_transport = "httpx"\n')
     assert not lean(PIDESK_CONFIG=str(tmp_path / "httpx.toml"))
-    assert lean(PIDESK_CONFIG=str(tmp_path / "httpx.toml"), PIDESK_HTTP_TRANSPORT="aiohttp")  # env over file
+    assert lean(PIDESK_CONFIG=str(tmp_path / "httpx.toml"), PIDESK_HTTP_TRANSPORT="pidesk")  # env over file
 
 
-def test_a_provider_uses_the_aiohttp_backend_for_plain_http_unless_the_config_says_not_to() -> None:
+def test_a_provider_uses_pidesks_transport_for_plain_http_unless_the_config_says_not_to() -> None:
     from pidesk.cli.models import make_provider
 
     local = {"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1", "ANTHROPIC_API_KEY": "k",
@@ -40,15 +41,14 @@ def test_a_provider_uses_the_aiohttp_backend_for_plain_http_unless_the_config_sa
     assert not getattr(make_provider("openai/m", remote), "lean_transport")
 
 
-def test_a_plain_http_client_trusts_no_certificate() -> None:
-    """It never needs TLS: should a redirect lead it to https://, nothing verifies, so it fails there
-    (and loading the SDK's default trust, 20–60 ms, stays off the first request's path)."""
-    import ssl
-
+def test_a_plain_http_client_has_nothing_that_would_speak_tls() -> None:
+    """Its requests all go over pidesk's transport, which refuses an https:// URL (a redirect) instead
+    of sending it in the clear (tests/providers/test_transport.py); building it loads no TLS trust
+    (the SDK's CA bundle, 20–60 ms that would sit on the first request's path)."""
     from pidesk.cli.models import make_provider
+    from pidesk.providers.transport import PlainHttpTransport
 
     provider = make_provider("openai/m", {"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})
     client, _ = provider._connect()  # type: ignore[attr-defined]
-    tls = client._client._transport.ssl_context  # the aiohttp backend's
-    assert tls.verify_mode == ssl.CERT_REQUIRED and tls.check_hostname
-    assert tls.cert_store_stats()["x509_ca"] == 0 and tls.get_ca_certs() == []
+    assert isinstance(client._client._transport, PlainHttpTransport)
+    assert client._client._mounts == {}  # no proxy transport beside it (lean_http is off when one is named)
