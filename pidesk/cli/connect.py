@@ -145,20 +145,27 @@ async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterato
 
 
 def _warm_up(provider: object) -> None:
-    """Start importing a vendor SDK (~0.7 s) now, in a thread, so it overlaps the host's imports,
-    its opening and the prompt's durable writes instead of following them; then freeze the start-up.
+    """Start importing a vendor SDK (~0.5 s) now, in a thread, so it overlaps the host's imports,
+    its opening and the prompt's durable writes instead of following them; with the collector off
+    until it is done, then the start-up frozen.
 
-    The freeze (as ``serve`` does once it is up) moves every object alive then — the SDK's ~100k
-    among them — to the collector's permanent generation. Without it a turn's second full
-    collection, some 60 calls in, walked them all: a 60–70 ms stall of one tool call (docs/benchmarks.md,
-    the peer benchmark). Unlike ``serve``'s it runs beside the first turn and collects nothing first
-    (a collection would hold the GIL the first request waits on): what of that turn is alive then is
-    frozen too and, should it become cyclic garbage, never freed — once per process, bounded by what
-    a turn's start holds."""
+    The SDK's import makes ~100k objects that live as long as the process. Collecting as they
+    came took 45–55 ms of the first request's wait (some 180 young collections, 17 older and one
+    full one, each walking more of them), and found next to nothing to free. The freeze (as ``serve``
+    does once it is up) then moves every object alive to the collector's permanent generation.
+    Without it a turn's second full collection, some 60 calls in, walked them all: a 60–70 ms
+    stall of one tool call (docs/benchmarks.md, the peer benchmark). Unlike ``serve``'s it runs
+    beside the first turn and collects nothing first (a collection would hold the GIL the first
+    request waits on): what of that turn is alive then is frozen too and, should it become cyclic
+    garbage, never freed — once per process, bounded by what a turn's start holds."""
     warm_up = getattr(provider, "warm_up", None)
     if callable(warm_up):
         def warm_up_and_freeze() -> None:
-            warm_up()
-            gc.freeze()
+            try:
+                warm_up()
+            finally:
+                gc.freeze()
+                gc.enable()
 
+        gc.disable()
         threading.Thread(target=warm_up_and_freeze, name="sdk-warm-up", daemon=True).start()
