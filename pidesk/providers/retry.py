@@ -184,6 +184,8 @@ class SdkErrors:
             return self._idle_failure("in the middle of its answer")
         if isinstance(exc, CorruptEvent):
             return Failure("broken", f"the {self.vendor} stream sent an unreadable event: {exc}")
+        if isinstance(exc, AnswerTooLarge):
+            return Failure("fatal", f"the {self.vendor} answer went on for {exc}: not read further")
         if isinstance(exc, (self.connection, *self.transport, OSError)):
             return Failure("broken", f"the {self.vendor} stream broke off: {_message(exc)}")
         if isinstance(exc, self.api):
@@ -203,6 +205,10 @@ class SdkErrors:
 
 class CorruptEvent(Exception):
     """An event in the stream that is not the JSON its vendor sends (``sse.Events`` raises it)."""
+
+
+class AnswerTooLarge(Exception):
+    """A response's body went past ``sse.MAX_ANSWER_BYTES`` (``sse.Events`` raises it)."""
 
 
 def _message(exc: BaseException) -> str:

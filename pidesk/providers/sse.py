@@ -15,7 +15,12 @@ line decoder ~0.1 ms a response (docs/benchmarks-server.md).
   the body is read, so the connection goes back to the pool (over TLS, a new
   connection is a new handshake).
 * An event whose data is not the JSON its vendor sends raises ``CorruptEvent``:
-  the stream is broken (retried like a cut while nothing of it was shown).
+  the stream is broken (retried like a cut while nothing of it was shown). So does a
+  line or an event's data past ``MAX_EVENT_BYTES``, which is not kept whole waiting for
+  its end.
+* A body past ``MAX_ANSWER_BYTES`` raises ``AnswerTooLarge`` and is not read further:
+  a server that does not stop (a loop, a hostile proxy) must not grow the host's memory
+  without bound, and asking again would only repeat it.
 * An event whose data has a non-null ``error`` raises the SDK's ``APIError``
   with that error as its body, as the SDKs' own streams do; ``retry`` then
   classifies it by its type or code like the HTTP status it stands for.
@@ -28,9 +33,15 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from pidesk.providers.retry import CorruptEvent
+from pidesk.providers.retry import AnswerTooLarge, CorruptEvent
 
 T = TypeVar("T")
+# One event's data, or one line: the largest real ones are a tool call's whole arguments sent
+# at once, and arguments past 1 MiB are refused anyway (runtime/loop.py, MAX_TOOL_ARGUMENTS).
+MAX_EVENT_BYTES = 16 << 20
+# One response's body: 128k output tokens streamed a token an event by a verbose server come
+# to ~40 MB of events.
+MAX_ANSWER_BYTES = 128 << 20
 
 
 class Events(Generic[T]):
@@ -56,13 +67,17 @@ class Events(Generic[T]):
 
     async def __aiter__(self) -> AsyncIterator[T]:
         data: list[bytes] = []
+        size = 0  # of the data lines so far
         async for line in self._body:
             if line.startswith(b"data:"):
                 data.append(line[6:] if line.startswith(b"data: ") else line[5:])
+                size += len(data[-1])
+                if size > MAX_EVENT_BYTES:
+                    raise CorruptEvent(f"an event of more than {MAX_EVENT_BYTES:,} bytes")
                 continue
             if line or not data:  # another field (event:, id:, retry:) or a comment: nothing pidesk reads
                 continue
-            payload, data = b"\n".join(data), []  # a blank line ends the event
+            payload, data, size = b"\n".join(data), [], 0  # a blank line ends the event
             if payload.startswith(b"[DONE]"):
                 self.done = True
                 await _drain(self._body)
@@ -80,10 +95,16 @@ class Events(Generic[T]):
 
 
 async def lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The body's lines, without their ends, whichever chunks the body arrives in."""
+    """The body's lines, without their ends, whichever chunks the body arrives in (within
+    ``MAX_EVENT_BYTES`` a line and ``MAX_ANSWER_BYTES`` in all)."""
     rest: list[bytes] = []  # the line begun so far, in the pieces it came in (joined once it ends)
+    pending = 0  # its length
+    total = 0
     after_cr = False
     async for chunk in chunks:
+        total += len(chunk)
+        if total > MAX_ANSWER_BYTES:
+            raise AnswerTooLarge(f"more than {MAX_ANSWER_BYTES:,} bytes without ending")
         if after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the LF of a CRLF that two chunks split
         after_cr = chunk.endswith(b"\r")
@@ -91,11 +112,15 @@ async def lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
             continue
         if b"\n" not in chunk and b"\r" not in chunk:
             rest.append(chunk)  # a long line in many chunks is copied once, not once a chunk
-            continue
-        split = b"".join([*rest, chunk]).splitlines(keepends=True)
-        rest = [split.pop()] if not split[-1].endswith((b"\n", b"\r")) else []
-        for line in split:
-            yield line.rstrip(b"\r\n")
+            pending += len(chunk)
+        else:
+            split = b"".join([*rest, chunk]).splitlines(keepends=True)
+            rest = [split.pop()] if not split[-1].endswith((b"\n", b"\r")) else []
+            pending = len(rest[0]) if rest else 0
+            for line in split:
+                yield line.rstrip(b"\r\n")
+        if pending > MAX_EVENT_BYTES:
+            raise CorruptEvent(f"a line of more than {MAX_EVENT_BYTES:,} bytes")
     if rest:
         yield b"".join(rest)
 

@@ -14,6 +14,7 @@ more:
   never reused after a response that was not read to its end;
 * a response body is framed by ``Transfer-Encoding: chunked``, ``Content-Length``, or the
   connection's close — or has none (HEAD, 1xx, 204, 304); informational 1xx heads are skipped;
+  it is passed on as it arrives, at most ``READ_SIZE`` at a time, whatever size a chunk claims;
 * the request's ``timeout`` extension (what the SDK sets) bounds the connect, each write and
   each read;
 * every failure is the httpx exception the default transport raises for it, so the SDK and
@@ -36,7 +37,7 @@ import httpx2
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 HEAD_LIMIT = 64 * 1024  # the largest response head (status line and headers) accepted
-READ_SIZE = 64 * 1024  # one read of a body that runs until the connection closes
+READ_SIZE = 64 * 1024  # the most of a body read at once (a chunk's, one framed by length, or up to the close)
 
 
 # ---- the response head and its framing (pure) --------------------------------------------
@@ -163,12 +164,16 @@ class Connection:
         """The body's bytes as they arrive, to its framed end."""
         read = self._read
         try:
-            if framing.chunked:
-                while size := _chunk_size(await read(self.reader.readuntil(b"\r\n"), timeout)):
-                    piece = await read(self.reader.readexactly(size + 2), timeout)
-                    if piece[-2:] != b"\r\n":
+            if framing.chunked:  # a chunk's data as it arrives: its declared size is the server's word
+                while left := _chunk_size(await read(self.reader.readuntil(b"\r\n"), timeout)):
+                    while left:
+                        piece = await read(self.reader.read(min(left, READ_SIZE)), timeout)
+                        if not piece:
+                            raise asyncio.IncompleteReadError(b"", left)
+                        left -= len(piece)
+                        yield piece
+                    if await read(self.reader.readexactly(2), timeout) != b"\r\n":
                         raise httpx2.RemoteProtocolError("a chunk of the response body is not followed by CRLF")
-                    yield piece[:-2]
                 while await read(self.reader.readuntil(b"\r\n"), timeout) != b"\r\n":  # trailers
                     pass
             elif framing.until_close:

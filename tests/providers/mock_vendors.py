@@ -54,6 +54,7 @@ class Sse:
     frames: list[bytes]
     cut: bool = False
     hold: bool = False
+    forever: bytes = b""  # a fault: after the frames, this one again and again until the client goes away
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,13 @@ class MockVendor:
         for frame in answer.frames:
             writer.write(b"%x\r\n%s\r\n" % (len(frame), frame))
             await writer.drain()
+        if answer.forever:
+            with suppress(ConnectionError):
+                while True:
+                    writer.write(b"%x\r\n%s\r\n" % (len(answer.forever), answer.forever))
+                    await writer.drain()
+            self.client_gone.set()
+            return False
         if answer.cut:
             return False  # the connection closes with the body unfinished
         if answer.hold:

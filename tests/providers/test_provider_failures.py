@@ -5,9 +5,12 @@ backoff); the idle time is set small, so a stalled stream costs a fraction of a 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from pidesk.core.records import TextBlock
+from pidesk.providers import sse
 from pidesk.providers.anthropic import AnthropicProvider
 from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall
 from pidesk.providers.openai import OpenAIProvider
@@ -25,6 +28,7 @@ from tests.providers.mock_vendors import (
     anthropic_error,
     anthropic_start,
     anthropic_text,
+    anthropic_text_block,
     closed_port_url,
     collect,
     message,
@@ -215,6 +219,44 @@ async def test_corrupt_chunks_every_time_give_up_saying_the_event_was_unreadable
     assert isinstance(done, Done) and done.error_code == "STREAM_FAILED"
     assert done.detail.startswith("the openai stream sent an unreadable event: ")
     assert "<html>Bad gateway</html>" in done.detail and done.detail.endswith("(gave up after 2 retries)")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("vendor_name", ["openai", "anthropic"])
+async def test_an_answer_that_never_ends_is_cut_off_and_not_asked_again(
+    vendor: MockVendor, sleep: RecordedSleep, vendor_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that streams without end (a loop, a hostile proxy) must not grow the host's memory
+    without bound: past ``MAX_ANSWER_BYTES`` (made 1 MiB here) the body is not read further, the
+    connection is closed, and the request is not sent again (it would only repeat)."""
+    monkeypatch.setattr(sse, "MAX_ANSWER_BYTES", 1 << 20)
+    if vendor_name == "openai":
+        vendor.script(Sse([openai_chunk(role="assistant", content="")], forever=openai_chunk(content="x" * 1000)))
+        provider: SdkProvider = openai(vendor.url, sleep)
+    else:
+        forever = anthropic_text_block(0, "x" * 1000)[1]
+        vendor.script(Sse([anthropic_start(), anthropic_text_block(0)[0]], forever=forever))
+        provider = anthropic(vendor.url, sleep)
+    events = await ask(provider)
+    done = events[-1]
+    assert isinstance(done, Done) and done.error_code == "PROVIDER_ERROR"
+    assert done.detail.startswith(f"the {vendor_name} answer went on for more than 1,048,576 bytes without ending: "
+                                  "not read further")
+    assert sum(len(e.text) for e in events if isinstance(e, TextDelta)) < 1 << 20
+    assert len(vendor.requests) == 1 and sleep.delays == []
+    await asyncio.wait_for(vendor.client_gone.wait(), 5)
+
+
+@pytest.mark.asyncio
+async def test_an_event_too_large_to_keep_is_a_broken_stream(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    """An event of more than 16 MiB, well-formed or not (no real one comes near it: tool arguments past
+    1 MiB are refused anyway), is not kept whole waiting for its end: the stream is broken, and retried
+    like one."""
+    huge = Sse([openai_chunk(role="assistant", content=""), openai_chunk(content="x" * sse.MAX_EVENT_BYTES)])
+    vendor.script(huge, Sse(openai_text("Hello")))
+    events = await ask(openai(vendor.url, sleep))
+    assert events[0] == TextDelta("Hello") and isinstance(events[-1], Done) and events[-1].stop_reason == "end"
+    assert sleep.delays == [1.0] and len(vendor.requests) == 2
 
 
 @pytest.mark.asyncio

@@ -259,6 +259,24 @@ async def test_a_response_left_before_its_end_closes_its_connection(server: RawS
 
 
 @pytest.mark.asyncio
+async def test_a_chunk_comes_through_as_it_arrives_whatever_size_it_claims(server: RawServer) -> None:
+    """A server that declares a 1 GiB chunk and streams it (or never ends it) is read a piece at a time:
+    what has arrived is passed on, and nothing waits in memory for the rest of a chunk."""
+    sent = b"x" * 300_000
+    server.script(Answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40000000\r\n" + sent, then="hang"))
+    async with client(server) as http:
+        async with http.stream("GET", "/") as response:
+            got = b""
+            async for piece in response.aiter_bytes():
+                assert len(piece) <= 64 * 1024
+                got += piece
+                if len(got) == len(sent):
+                    break
+        assert got == sent
+        await asyncio.wait_for(server.client_gone.wait(), 5)  # left early: its connection closed
+
+
+@pytest.mark.asyncio
 async def test_no_answer_within_the_read_timeout_is_a_read_timeout(server: RawServer) -> None:
     server.script(Answer(then="hang"))
     async with client(server, timeout=httpx2.Timeout(5, read=0.2)) as http:
