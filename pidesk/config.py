@@ -144,8 +144,7 @@ class HostConfig:
             in ("1", "true", "yes"),
             config_dir=_default_config_dir(),
             models={k: v for k, v in file.get("models", {}).items() if isinstance(v, dict)},
-            lean_http=(env.get("PIDESK_HTTP_TRANSPORT") or str(file.get("http_transport", "pidesk"))).lower() != "httpx"
-            and not any(env.get(name) for name in _PROXY_VARIABLES),
+            lean_http=_http_transport(env, file) == "pidesk" and not any(env.get(name) for name in _PROXY_VARIABLES),
             retry=_retry_policy(env, file, max_retries),
             faults=Faults(
                 frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
@@ -157,6 +156,16 @@ class HostConfig:
 _SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 _PROVIDER_SETTINGS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
 _PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")  # what httpx would proxy http:// by
+
+
+def _http_transport(env: Mapping[str, str], file: Mapping[str, Any]) -> str:
+    """``PIDESK_HTTP_TRANSPORT`` > the file's ``http_transport`` > "pidesk": what plain-http:// model
+    servers are spoken to over ("httpx": the SDK's own transport). Anything else is refused, naming its source."""
+    source, raw = (("PIDESK_HTTP_TRANSPORT", env["PIDESK_HTTP_TRANSPORT"]) if env.get("PIDESK_HTTP_TRANSPORT")
+                   else ("http_transport in the config file", file.get("http_transport", "pidesk")))
+    if not isinstance(raw, str) or raw.lower() not in ("pidesk", "httpx"):
+        raise InvalidParams(f'{source} = {raw!r}: it takes "pidesk" or "httpx"', Code.INVALID_PARAMS)
+    return raw.lower()
 
 
 def _retry_policy(env: Mapping[str, str], file: Mapping[str, Any], max_retries: int | None) -> RetryPolicy:

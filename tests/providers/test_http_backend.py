@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pidesk.config import HostConfig
+from pidesk.core.errors import InvalidParams
 from pidesk.providers.sdk import plain_http
 
 
@@ -27,6 +30,19 @@ def test_plain_http_base_urls_get_pidesks_transport_and_the_config_can_turn_it_o
     (tmp_path / "httpx.toml").write_text('http_transport = "httpx"\n')
     assert not lean(PIDESK_CONFIG=str(tmp_path / "httpx.toml"))
     assert lean(PIDESK_CONFIG=str(tmp_path / "httpx.toml"), PIDESK_HTTP_TRANSPORT="pidesk")  # env over file
+
+
+def test_an_unknown_http_transport_is_refused_naming_where_it_was_set(tmp_path: Path) -> None:
+    """"aiohttp" among them: the config file's template named it for a day (docs/architecture.md)."""
+    def refusal(**environ: str) -> str:
+        with pytest.raises(InvalidParams) as refused:
+            HostConfig.from_environ({"PIDESK_CONFIG": str(tmp_path / "none.toml"), **environ}, data_dir=tmp_path)
+        return refused.value.message
+
+    assert refusal(PIDESK_HTTP_TRANSPORT="aiohttp") == 'PIDESK_HTTP_TRANSPORT = \'aiohttp\': it takes "pidesk" or "httpx"'
+    (tmp_path / "bad.toml").write_text("http_transport = 3\n")
+    assert refusal(PIDESK_CONFIG=str(tmp_path / "bad.toml")) == \
+        'http_transport in the config file = 3: it takes "pidesk" or "httpx"'
 
 
 def test_a_provider_uses_pidesks_transport_for_plain_http_unless_the_config_says_not_to() -> None:
