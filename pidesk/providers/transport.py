@@ -165,12 +165,8 @@ class Connection:
         read = self._read
         try:
             if framing.chunked:  # a chunk's data as it arrives: its declared size is the server's word
-                while left := _chunk_size(await read(self.reader.readuntil(b"\r\n"), timeout)):
-                    while left:
-                        piece = await read(self.reader.read(min(left, READ_SIZE)), timeout)
-                        if not piece:
-                            raise asyncio.IncompleteReadError(b"", left)
-                        left -= len(piece)
+                while size := _chunk_size(await read(self.reader.readuntil(b"\r\n"), timeout)):
+                    async for piece in self._sized(size, timeout):
                         yield piece
                     if await read(self.reader.readexactly(2), timeout) != b"\r\n":
                         raise httpx2.RemoteProtocolError("a chunk of the response body is not followed by CRLF")
@@ -180,12 +176,7 @@ class Connection:
                 while piece := await read(self.reader.read(READ_SIZE), timeout):
                     yield piece
             else:
-                left = framing.length
-                while left:
-                    piece = await read(self.reader.read(min(left, READ_SIZE)), timeout)
-                    if not piece:
-                        raise asyncio.IncompleteReadError(b"", left)
-                    left -= len(piece)
+                async for piece in self._sized(framing.length, timeout):
                     yield piece
         except asyncio.IncompleteReadError:
             raise httpx2.RemoteProtocolError(
@@ -194,6 +185,16 @@ class Connection:
             ) from None
         except asyncio.LimitOverrunError:
             raise httpx2.RemoteProtocolError("a chunk-size line of the response body is too long") from None
+
+    async def _sized(self, size: int, timeout: float | None) -> AsyncGenerator[bytes, None]:
+        """The next ``size`` bytes as they arrive, at most ``READ_SIZE`` at a time."""
+        left = size
+        while left:
+            piece = await self._read(self.reader.read(min(left, READ_SIZE)), timeout)
+            if not piece:
+                raise asyncio.IncompleteReadError(b"", left)
+            left -= len(piece)
+            yield piece
 
     @staticmethod
     async def _read(reading: Awaitable[T], timeout: float | None) -> T:
