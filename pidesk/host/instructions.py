@@ -465,11 +465,10 @@ async def git_state(root: Path, env: Mapping[str, str] | None, timeout: float = 
             out = await proc.stdout.read()
             await proc.wait()
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
+        await proc.stop()
         return None, None
-    except asyncio.CancelledError:  # the turn was aborted: git must not outlive it (its exit watch reaps it)
-        proc.kill()
+    except asyncio.CancelledError:  # the turn was aborted: git must not outlive it
+        await proc.stop()
         raise
     if proc.returncode != 0:
         return None, None

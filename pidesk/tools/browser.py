@@ -18,7 +18,6 @@ import ipaddress
 import shutil
 import tempfile
 import threading
-from contextlib import suppress
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -172,9 +171,7 @@ async def _run(*argv: str) -> str:
             out = await process.stdout.read()
             await process.wait()
     except (asyncio.CancelledError, TimeoutError):
-        process.kill(group=True)
-        with suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), CHROMIUM_KILL_WAIT)
+        await process.stop(CHROMIUM_KILL_WAIT)
         raise
     return out.decode("utf-8", "replace")
 

@@ -39,6 +39,8 @@ from typing import Any
 
 log = logging.getLogger("pidesk.tools.children")
 
+KILL_WAIT_S = 2.0  # how long a killed child is waited for (one stuck in the kernel must not hang its caller)
+
 
 def use_pidfd_watcher() -> bool:
     """Watch children through pidfds on this running loop (3.11 on Linux); True if in use.
@@ -113,9 +115,10 @@ class Child:
     """A child process started by ``spawn``: ``stdout``/``stderr`` read as asyncio streams (where piped),
     ``wait()`` for its exit status, ``kill()``; as ``asyncio.subprocess.Process`` has them."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], *, leads_group: bool = False) -> None:
         self._popen = popen
         self.pid = popen.pid
+        self.leads_group = leads_group  # started in a session of its own: ``stop`` kills its whole group
         self.stdout: asyncio.StreamReader | None = None
         self.stderr: asyncio.StreamReader | None = None
         self._exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -139,6 +142,13 @@ class Child:
             else:
                 os.kill(self.pid, signal.SIGKILL)
 
+    async def stop(self, within_s: float = KILL_WAIT_S) -> bool:
+        """SIGKILL the child (its whole group, when it leads one) and wait until it has exited and been
+        reaped, at most ``within_s``; True if it has."""
+        self.kill(group=self.leads_group)
+        await asyncio.wait({self._exited}, timeout=within_s)
+        return self._exited.done()
+
     def _report(self, returncode: int) -> None:
         self._popen.returncode = returncode  # (reaped: Popen must not wait for it again)
         if not self._exited.done():
@@ -149,14 +159,15 @@ async def spawn(argv: Sequence[str], *, cwd: Path | None = None, env: Mapping[st
                 stdout: bool = True, stderr: bool = True, start_new_session: bool = False) -> Child:
     """Start ``argv`` with stdin from /dev/null and stdout and stderr piped (or to /dev/null), its exit
     watched with ``watch_exit``. ``OSError`` if it cannot start. Cancelled while its pipes are being
-    connected, the child is killed (its group, with ``start_new_session``) and never waited for."""
+    connected, the child is killed (its group, with ``start_new_session``) and reaped (``Child.stop``)
+    before the cancellation propagates: nothing a cancelled call started is left behind."""
     popen = subprocess.Popen(
         list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
         stderr=subprocess.PIPE if stderr else subprocess.DEVNULL,
         start_new_session=start_new_session,
     )
-    child = Child(popen)
+    child = Child(popen, leads_group=start_new_session)
     try:
         watch_exit(popen.pid, child._report)
     except OSError:  # (out of file descriptors): it has run nothing to speak of; stop it here
@@ -167,9 +178,9 @@ async def spawn(argv: Sequence[str], *, cwd: Path | None = None, env: Mapping[st
     try:
         child.stdout = await _stream(popen.stdout)
         child.stderr = await _stream(popen.stderr)
-    except BaseException:
-        child.kill(group=start_new_session)
+    except BaseException:  # cancelled: the child is gone (reaped, bounded) before the cancellation goes on
         _close_pipes(popen)
+        await child.stop()
         raise
     return child
 

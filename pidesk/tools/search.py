@@ -108,10 +108,7 @@ async def run_rg(
         timed_out = True
     finally:
         if proc.returncode is None:  # (not yet reaped: its pid, and so its group, is still ours)
-            proc.kill(group=True)
-            reaped = asyncio.ensure_future(proc.wait())
-            await asyncio.wait({reaped}, timeout=_KILL_WAIT_S)
-            reaped.cancel()
+            await proc.stop()
         await asyncio.wait({errors}, timeout=_KILL_WAIT_S)
         errors.cancel()
     stderr = b""
