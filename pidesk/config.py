@@ -9,12 +9,19 @@ about (``HostConfig.config_dir``; pidesk.host.instructions), wherever the config
 
     model = "openai/gpt-4.1"          # the default model (else: demo, built in and offline)
     approval_timeout = 1800           # seconds a submitted plan waits for a decision
-    strict_planning = false           # true: Bash in Plan/Goal runs read-only (bubblewrap), even under auto
+    strict_planning = false           # true: Bash in Plan/Goal cannot write even the root, even under auto
     http_transport = "pidesk"         # plain-http:// model servers: pidesk's lean transport; "httpx": httpx's
     max_retries = 10                  # retries of a failed model request (PIDESK_MAX_RETRIES, --max-retries)
     retry_after_cap = 60              # the longest Retry-After wait honoured, s (PIDESK_RETRY_AFTER_CAP)
     stream_idle_timeout = 120         # s without a byte that break a stream (PIDESK_STREAM_IDLE_TIMEOUT)
     data_dir = "~/pidesk-data"
+
+    [sandbox]                         # every Bash command runs in a bubblewrap sandbox (tools/sandbox.py)
+    writable = ["~/.cache/pip"]       # paths a command may write besides the session's root and a private /tmp
+    network = false                   # true: commands reach the network (and the host's port: not its token)
+    env = ["VIRTUAL_ENV"]             # variables passed on besides PATH HOME LANG LC_* TERM USER SHELL TMPDIR
+    # or, instead of the table: sandbox = "off" (PIDESK_SANDBOX=off, --no-sandbox) — commands then run
+    # with your full power: they can read the host's token and call its RPC, and reach the network
 
     [providers.openai]                # OPENAI_API_KEY / OPENAI_BASE_URL override these
     base_url = "http://127.0.0.1:11434/v1"   # any OpenAI-compatible server (Ollama, vLLM, …)
@@ -61,6 +68,21 @@ from pidesk.runtime.gate import DEFAULT_SLOTS
 
 DEFAULT_APPROVAL_TIMEOUT = 1800.0
 DEFAULT_CONTEXT_LIMIT = 128_000
+# What a HostConfig built without from_environ gets: the sandbox on. A test run on a machine without
+# bubblewrap turns it off here (tests/conftest.py), and says so; nothing else should.
+DEFAULT_SANDBOX_ENABLED = True
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """The config file's ``[sandbox]`` (or ``sandbox = "off"``): what Bash commands are confined to.
+
+    The host turns these into one ``tools.sandbox.SandboxPolicy`` per command (pidesk.host.tooling)."""
+
+    enabled: bool = field(default_factory=lambda: DEFAULT_SANDBOX_ENABLED)
+    writable: tuple[Path, ...] = ()  # besides the session's root and a private /tmp
+    network: bool = False
+    env: tuple[str, ...] = ()  # variable names passed on besides COMMAND_ENV_NAMES
 
 
 @dataclass(frozen=True)
@@ -70,12 +92,16 @@ class HostConfig:
     approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
     context_limit: int = DEFAULT_CONTEXT_LIMIT  # tokens the model's view may hold before compaction
     faults: Faults = field(default_factory=Faults)
-    # the environment Bash runs with: the host's, less anything that looks like a secret
+    # the environment Bash runs with: an allowlist of the host's (command_environment); None: the host's own
     tool_env: Mapping[str, str] | None = None
     # provider credentials: never logged, never shown to tools (repr hides them)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # strict planning: Bash in Plan/Goal runs in a read-only bubblewrap sandbox (off by default)
+    # strict planning: Bash in Plan/Goal runs in a sandbox where even the root is read-only (off by default)
     strict_planning: bool = False
+    # the sandbox every Bash command runs in (on by default: config [sandbox], PIDESK_SANDBOX, --no-sandbox)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    # the config file read, if any: hidden from commands (it may hold provider keys)
+    config_file: Path | None = None
     # the config file's [plugins.mcp] value as read, <name> → table (validated by pidesk.plugins.mcp_tools:
     # a broken table disables its server only); mcp_source names the file in their errors
     mcp_servers: Any = field(default_factory=dict, repr=False)
@@ -114,10 +140,12 @@ class HostConfig:
         model: str | None = None,
         approval_timeout: float | None = None,
         max_retries: int | None = None,
+        no_sandbox: bool = False,
     ) -> HostConfig:
         env = os.environ if environ is None else environ
         path = Path(env["PIDESK_CONFIG"]) if env.get("PIDESK_CONFIG") else _default_config_file()
         file = _read_config_file(path)
+        sandbox = _sandbox_settings(env, file, no_sandbox)
         mcp_servers = _mcp_tables(file)
         providers = file.get("providers", {})
         secrets = {
@@ -135,7 +163,9 @@ class HostConfig:
             approval_timeout=approval_timeout or float(
                 env.get("PIDESK_APPROVAL_TIMEOUT") or file.get("approval_timeout", DEFAULT_APPROVAL_TIMEOUT)),
             context_limit=int(limits.get("context_limit", DEFAULT_CONTEXT_LIMIT)),
-            tool_env=without_secrets(env),
+            tool_env=command_environment(env, sandbox.env),
+            sandbox=sandbox,
+            config_file=path,
             secrets=secrets,
             mcp_servers=mcp_servers,
             mcp_source=f"config file {path}",
@@ -153,7 +183,6 @@ class HostConfig:
         )
 
 
-_SECRET_MARKS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 _PROVIDER_SETTINGS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
 _PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")  # what httpx would proxy http:// by
 
@@ -192,9 +221,50 @@ def _retry_policy(env: Mapping[str, str], file: Mapping[str, Any], max_retries: 
     )
 
 
-def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment minus provider keys and anything named like a secret (never shown to tools)."""
-    return {k: v for k, v in environ.items() if not any(mark in k.upper() for mark in _SECRET_MARKS)}
+# What every command's environment may carry (issue 28): a command needs these to behave as in a
+# terminal, and none of them holds a credential of the host's.
+COMMAND_ENV_NAMES = ("PATH", "HOME", "LANG", "TERM", "USER", "SHELL", "TMPDIR")
+
+
+def command_environment(environ: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment Bash commands (sandboxed or escalated) run with: an allowlist — the names in
+    ``COMMAND_ENV_NAMES``, every ``LC_*``, and the config's ``sandbox.env`` — never a provider's
+    setting, whatever the config lists."""
+    wanted = set(COMMAND_ENV_NAMES) | set(extra)
+    return {k: v for k, v in environ.items()
+            if (k in wanted or k.startswith("LC_")) and k not in _PROVIDER_SETTINGS}
+
+
+def _sandbox_settings(env: Mapping[str, str], file: Mapping[str, Any], no_sandbox: bool) -> SandboxSettings:
+    """``--no-sandbox`` > ``PIDESK_SANDBOX`` (on/off) > the file's ``sandbox = "off"`` or ``[sandbox]``
+    table > on. A value that is not one of these is refused, naming where it was set."""
+    raw = file.get("sandbox", {})
+    table: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    if not isinstance(raw, Mapping) and raw not in ("on", "off", "bwrap"):
+        raise InvalidParams(f'sandbox = {raw!r} in the config file: it takes "on", "off" or a [sandbox] table',
+                            Code.INVALID_PARAMS)
+    enabled = raw != "off"
+    if env.get("PIDESK_SANDBOX"):
+        if env["PIDESK_SANDBOX"].lower() not in ("on", "off", "bwrap"):
+            raise InvalidParams(f"PIDESK_SANDBOX = {env['PIDESK_SANDBOX']!r}: it takes on or off", Code.INVALID_PARAMS)
+        enabled = env["PIDESK_SANDBOX"].lower() != "off"
+    unknown = set(table) - {"writable", "network", "env"}
+    if unknown:
+        raise InvalidParams(f"[sandbox] in the config file: unknown key {sorted(unknown)[0]!r} "
+                            "(it takes writable, network and env)", Code.INVALID_PARAMS)
+    writable, names, network = table.get("writable", []), table.get("env", []), table.get("network", False)
+    if not isinstance(writable, list) or not all(isinstance(p, str) and p for p in writable):
+        raise InvalidParams("sandbox.writable in the config file: a list of paths", Code.INVALID_PARAMS)
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise InvalidParams("sandbox.env in the config file: a list of variable names", Code.INVALID_PARAMS)
+    if not isinstance(network, bool):
+        raise InvalidParams("sandbox.network in the config file: true or false", Code.INVALID_PARAMS)
+    return SandboxSettings(
+        enabled=enabled and not no_sandbox,
+        writable=tuple(Path(p).expanduser().absolute() for p in writable),
+        network=network,
+        env=tuple(names),
+    )
 
 
 def _mcp_tables(file: Mapping[str, Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -9,9 +10,25 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from pidesk import config as pidesk_config
 from pidesk.config import HostConfig
 from pidesk.host import Host
 from pidesk.providers.scripted import ScriptedProvider
+from tests.sandboxing import sandbox_usable
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hosts run Bash in their sandbox, as a user's do; a machine without bubblewrap (never CI: .ci/run
+    installs it) runs them with it off instead, and the sandbox's own tests skip."""
+    if not sandbox_usable() and os.environ.get("CI") != "true":
+        pidesk_config.DEFAULT_SANDBOX_ENABLED = False
+        os.environ["PIDESK_SANDBOX"] = "off"  # (hosts the tests start as processes)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if sandbox_usable():
+        return "pidesk sandbox: bubblewrap (Bash runs sandboxed)"
+    return "pidesk sandbox: OFF — bubblewrap is not usable here (apt-get install bubblewrap); its tests skip"
 
 
 @pytest.fixture

@@ -89,6 +89,28 @@ async def pid_from_file(path: Any, timeout: float = 10.0) -> int:
     return int(path.read_text())
 
 
+async def process_running(marker: str, timeout: float = 10.0) -> int:
+    """The pid (as this host sees it) of the running process whose command line holds ``marker``: a Bash
+    command's own ``$$`` is its pid inside the sandbox's pid namespace, so tests look for the process."""
+    async with asyncio.timeout(timeout):
+        while not (found := running_with(marker.encode())):
+            await asyncio.sleep(0.01)
+    return min(found)
+
+
+def running_with(marker: bytes) -> set[int]:
+    """Every live process (anyone's child) whose command line holds ``marker``."""
+    found = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline and int(entry) != os.getpid() and alive(int(entry)):
+            found.add(int(entry))
+    return found
+
+
 def alive(pid: int) -> bool:
     """Whether a process still runs (a zombie awaiting its reaper counts as gone)."""
     return not gone(pid)

@@ -67,6 +67,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.text import Text
 
+from pidesk.cli.say import sandbox_line
 from pidesk.core.errors import PideskError
 
 MODES = ("agent", "plan", "goal")
@@ -186,6 +187,14 @@ class Chat:
         if len(lines) > DIFF_LINES:
             self.console.print(f"  … {len(lines) - DIFF_LINES} more lines (`pidesk diff` prints them all)",
                                style="dim", markup=False, highlight=False)
+
+    async def show_sandbox(self) -> None:
+        """Issue 28: which sandbox Bash runs in, one line: dim while it confines, loud when it does not."""
+        sandbox = (await self.link.call("host.hello", {"protocolVersion": 1, "client": "chat"})).get("sandbox")
+        if sandbox is None:  # an older host: nothing to say
+            return
+        style = "dim" if sandbox["available"] else "bold red" if sandbox["mode"] != "off" else "bold yellow"
+        self.console.print(sandbox_line(sandbox), style=style, markup=False, highlight=False)
 
     async def show_context(self) -> None:
         """Issue 16 §1: what the session's next model request includes, one dim line (+ one per warning).
@@ -322,6 +331,15 @@ class Chat:
     def show_permission(self, request: dict[str, Any]) -> None:
         self.dismissed.discard(request["id"])
         self.console.file.write("\r\x1b[K")
+        if request.get("escalated"):  # a command asking to leave the sandbox: said apart, in red
+            args = request["args"]
+            self.console.print("permission: run OUTSIDE the sandbox (network, files beyond the project)",
+                               style="bold red", markup=False, highlight=False)
+            self.console.print(f"  why: {str(args.get('justification') or '').strip() or '(no reason given)'}",
+                               style="red", markup=False, highlight=False)
+            self.console.print(f"  $ {args.get('command', '')}", markup=False, highlight=False)
+            self.open_decision("permission", request)
+            return
         self.console.print(f"permission: {request['tool']} {json.dumps(request['args'])[:200]}", style="yellow",
                            markup=False, highlight=False)
         preview = request.get("preview") or {}
@@ -781,6 +799,7 @@ async def run_chat(link: Any, project: str | None, session_id: str | None) -> No
         console.print(f"pidesk chat · session {session['id']} · {session['root']}", style="bold")
         console.print("Enter sends · Shift+Tab mode · Esc stop · Ctrl+C abort/quit · /help /pending /diff /undo "
                       "/quit", style="dim")
+        await chat.show_sandbox()
         await chat.show_context()
         follower = asyncio.create_task(chat.follow())
         try:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import click
+
 from pidesk.config import HostConfig
 from pidesk.core.errors import Code, PideskError
 
@@ -67,6 +69,16 @@ def running_host(data_dir: Path) -> Remote | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return Remote(str(info["url"]), str(info["token"]), int(info["pid"]))
+
+
+def say_ignored(url: str, *, max_retries: int | None, no_sandbox: bool) -> None:
+    """On stderr: the flags a running host does not take from a client (it runs as it was started)."""
+    if max_retries is not None:
+        click.echo(f"pidesk: --max-retries {max_retries} does not apply: the running host at {url} "
+                   "retries as it was started (pidesk serve --max-retries N)", err=True)
+    if no_sandbox:
+        click.echo(f"pidesk: --no-sandbox does not apply: the running host at {url} runs Bash as it was "
+                   "started (pidesk serve --no-sandbox)", err=True)
 
 
 async def insist_on_model(remote: Remote, model: str | None, data_dir: Path | None = None) -> None:

@@ -42,6 +42,8 @@ def _leave(code: int) -> NoReturn:
     os._exit(code)
 
 
+_NO_SANDBOX_HELP = ("Run Bash commands unconfined (else in a bubblewrap sandbox: writes only in the project, "
+                    "no network). They can then read the host's token and reach the network.")
 _MAX_RETRIES_HELP = ("Retries of a failed model request (default 10, or PIDESK_MAX_RETRIES, or max_retries "
                      "in the config file); 0: fail at the first error.")
 
@@ -63,8 +65,9 @@ def main() -> None:
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print every event as one JSON line.")
 @click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
+@click.option("--no-sandbox", is_flag=True, help=_NO_SANDBOX_HELP)
 def run(project: Path, prompt: str, mode: str, permission_mode: str, model: str | None,
-        data_dir: Path | None, as_json: bool, max_retries: int | None) -> None:
+        data_dir: Path | None, as_json: bool, max_retries: int | None, no_sandbox: bool) -> None:
     """Run PROMPT unattended in PROJECT (through the running host, else an embedded one); exit non-zero
     with the error code on failure."""
     import asyncio
@@ -72,9 +75,9 @@ def run(project: Path, prompt: str, mode: str, permission_mode: str, model: str 
     from pidesk.cli.run import run_unattended
     from pidesk.config import HostConfig
 
-    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries)
+    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries, no_sandbox=no_sandbox)
     _leave(asyncio.run(run_unattended(config, project.resolve(), prompt, mode, permission_mode, as_json, model,
-                                      max_retries)))
+                                      max_retries, no_sandbox)))
 
 
 @main.command()
@@ -103,9 +106,10 @@ def status(data_dir: Path | None, as_json: bool) -> None:
 @click.option("--allow-remote", is_flag=True, help="Allow listening on a non-loopback address.")
 @click.option("--no-open", is_flag=True, help="Do not open the browser.")
 @click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
+@click.option("--no-sandbox", is_flag=True, help=_NO_SANDBOX_HELP)
 def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, token: str | None, new_token: bool,
           model: str | None, approval_timeout: float | None, allow_remote: bool, no_open: bool,
-          max_retries: int | None) -> None:
+          max_retries: int | None, no_sandbox: bool) -> None:
     """Run the host: JSON-RPC on /rpc, the web UI on /, until SIGTERM or Ctrl+C."""
     import asyncio
 
@@ -115,7 +119,7 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
     from pidesk.server.serve import serve as run_server
 
     config = HostConfig.from_environ(data_dir=data_dir, model=model, approval_timeout=approval_timeout,
-                                     max_retries=max_retries)
+                                     max_retries=max_retries, no_sandbox=no_sandbox)
     if bind not in ("127.0.0.1", "localhost", "::1") and allow_remote:
         click.echo(f"warning: listening on {bind}: anyone who can reach it and has the token controls "
                    "this machine's agents", err=True)
@@ -160,6 +164,8 @@ def doctor(data_dir: Path | None, as_json: bool) -> None:
     from pidesk.cli.connect import running_host
     from pidesk.config import HostConfig
 
+    from pidesk.cli.say import sandbox_line
+
     config = HostConfig.from_environ(data_dir=data_dir)
     remote = running_host(config.data_dir)
     if remote is not None:
@@ -174,6 +180,8 @@ def doctor(data_dir: Path | None, as_json: bool) -> None:
             click.echo(f"host: serving at {remote.url} (pid {remote.pid}); checked through it, nothing repaired")
             click.echo(f"integrity: {report['integrity']}")
             click.echo(f"sessions: {report['sessions']}")
+            if "sandbox" in report:
+                click.echo(sandbox_line(report["sandbox"]))
             for session_id in report["missingTranscripts"]:
                 click.echo(f"session without a transcript: {session_id}")
             for path in report["quarantined"]:
@@ -184,6 +192,7 @@ def doctor(data_dir: Path | None, as_json: bool) -> None:
             sys.exit(1)
         return
 
+    from pidesk.host.tooling import sandbox_status
     from pidesk.store import Store
     from pidesk.store.lock import DataDirLock
 
@@ -195,15 +204,17 @@ def doctor(data_dir: Path | None, as_json: bool) -> None:
         store.close()
     finally:
         lock.release()
+    sandbox = sandbox_status(config).to_wire()
     if as_json:
         click.echo(json.dumps({
             "dataDir": str(config.data_dir), "host": None, "repaired": True, "integrity": rebuilt.integrity,
             "sessions": rebuilt.sessions, "messages": rebuilt.messages,
             "restoredSessions": rebuilt.boot.restored_sessions, "missingTranscripts": rebuilt.missing_transcripts,
-            "quarantined": quarantined}, indent=2))
+            "quarantined": quarantined, "sandbox": sandbox}, indent=2))
     else:
         click.echo(f"integrity: {rebuilt.integrity}")
         click.echo(f"rebuilt: {rebuilt.sessions} sessions, {rebuilt.messages} messages from their transcripts")
+        click.echo(sandbox_line(sandbox))
         for session_id in rebuilt.boot.restored_sessions:
             click.echo(f"restored orphaned session: {session_id}")
         for session_id in rebuilt.missing_transcripts:
@@ -222,26 +233,25 @@ def doctor(data_dir: Path | None, as_json: bool) -> None:
 @click.option("--token", default=None)
 @click.option("--model", default=None, help="PROVIDER/MODEL (a running host must run this model).")
 @click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
+@click.option("--no-sandbox", is_flag=True, help=_NO_SANDBOX_HELP)
 def chat(project: Path | None, session_id: str | None, data_dir: Path | None, url: str | None,
-         token: str | None, model: str | None, max_retries: int | None) -> None:
+         token: str | None, model: str | None, max_retries: int | None, no_sandbox: bool) -> None:
     """Chat with an agent in PROJECT (a running host, else an embedded one)."""
     import asyncio
 
     from pidesk.cli.chat import run_chat
-    from pidesk.cli.connect import Remote, embedded, insist_on_model, running_host
+    from pidesk.cli.connect import Remote, embedded, insist_on_model, running_host, say_ignored
     from pidesk.cli.link import EmbeddedLink, RemoteLink
     from pidesk.config import HostConfig
 
-    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries)
+    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries, no_sandbox=no_sandbox)
     where = str(project.resolve()) if project else None
 
     async def go() -> None:
         target = Remote(url.rstrip("/"), token) if url and token else running_host(config.data_dir)
         if target is not None:
             await insist_on_model(target, model, None if url and token else config.data_dir)
-            if max_retries is not None:
-                click.echo(f"pidesk: --max-retries {max_retries} does not apply: the running host at {target.url} "
-                           "retries as it was started (pidesk serve --max-retries N)", err=True)
+            say_ignored(target.url, max_retries=max_retries, no_sandbox=no_sandbox)
             await run_chat(RemoteLink(target.url, target.token), where, session_id)
             return
         async with embedded(config) as host:

@@ -14,16 +14,18 @@ from typing import Any
 
 import click
 
-from pidesk.cli.connect import embedded, insist_on_model, running_host
+from pidesk.cli.connect import embedded, insist_on_model, running_host, say_ignored
 from pidesk.cli.link import EmbeddedLink, RemoteLink
+from pidesk.cli.say import sandbox_line
 from pidesk.config import HostConfig
 from pidesk.core.errors import Code, Conflict, InvalidParams, PideskError
 
 
 async def run_unattended(config: HostConfig, project: Path, prompt: str, mode: str, permission_mode: str,
-                         as_json: bool, model: str | None = None, max_retries: int | None = None) -> int:
+                         as_json: bool, model: str | None = None, max_retries: int | None = None,
+                         no_sandbox: bool = False) -> int:
     """``model``: the ``--model`` given, if any (``config.model`` also holds PIDESK_MODEL and the config file's);
-    ``max_retries``: the ``--max-retries`` given (a running host keeps its own budget: said on stderr)."""
+    ``max_retries`` and ``no_sandbox``: the flags given (a running host keeps its own: said on stderr)."""
     if not prompt.strip():  # argv cannot hold a NUL nor a megabyte: this is the host's only other refusal
         raise InvalidParams("the prompt is empty: say what to do, e.g. pidesk run . \"add a README\"")
     if mode != "agent":
@@ -32,9 +34,7 @@ async def run_unattended(config: HostConfig, project: Path, prompt: str, mode: s
     remote = running_host(config.data_dir)
     if remote is not None:
         await insist_on_model(remote, model, config.data_dir)
-        if max_retries is not None:
-            click.echo(f"pidesk: --max-retries {max_retries} does not apply: the running host at {remote.url} "
-                       "retries as it was started (pidesk serve --max-retries N)", err=True)
+        say_ignored(remote.url, max_retries=max_retries, no_sandbox=no_sandbox)
         return await _run(RemoteLink(remote.url, remote.token), project, prompt, permission_mode, as_json)
     async with embedded(config) as host:
         return await _run(EmbeddedLink(host, "run"), project, prompt, permission_mode, as_json)
@@ -97,10 +97,12 @@ async def show_status(config: HostConfig, as_json: bool) -> None:
     if remote is not None:
         report["host"] = {"url": remote.url, "pid": remote.pid}
         report.update(await remote.call("host.status"))
+        report["sandbox"] = (await remote.call("host.hello", {"protocolVersion": 1})).get("sandbox")
     else:
         report["host"] = None
         async with embedded(config, "scripted") as host:
             report.update(await host.call("host.status", {}))
+            report["sandbox"] = (await host.sandbox_status()).to_wire()
             if host.recovery is not None:
                 report["recovered"] = {"interrupted": host.recovery.interrupted,
                                        "heldQueues": host.recovery.held_queues,
@@ -118,6 +120,8 @@ async def show_status(config: HostConfig, as_json: bool) -> None:
     click.echo(f"running turns: {report['running']}")
     click.echo(f"pending plan approvals: {report['pendingApprovals']}")
     click.echo(f"queued prompts: {report['queued']}")
+    if report["sandbox"] is not None:  # (an older host does not say)
+        click.echo(sandbox_line(report["sandbox"]))
     recovered = report.get("recovered")
     if recovered is None:
         return

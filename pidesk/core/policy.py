@@ -12,6 +12,8 @@ paths) live in ``core.paths`` and run before any Ask, in every mode.
     Write Edit                    ask; allow: accept-edits/auto  WRITE_/EDIT_DISABLED_IN_PLAN
                                   or a session grant
     Bash                          ask; allow: auto or a grant    ask; allow: auto (no grants)
+    Bash, escalated               ask, even under auto;          BASH_ESCALATION_DENIED_IN_PLAN
+                                  allow: its own session grant
     plugin (risk low)             allow                          PLUGIN_DISABLED_IN_PLAN
     plugin (risk medium)          as Write                       PLUGIN_DISABLED_IN_PLAN
     plugin (risk high)            as Bash                        PLUGIN_DISABLED_IN_PLAN
@@ -25,6 +27,11 @@ An unattended turn (``pidesk run``, a schedule) has nobody to approve a contract
 there EnterPlanMode, EnterGoalMode, SubmitPlan and SubmitGoal are
 ``PLAN_REQUIRES_INTERACTIVE_SESSION`` (after the unknown-name and delegate checks),
 so the mode never changes and nothing waits for a person.
+
+Every Bash command runs in the host's kernel sandbox (``tools/sandbox.py``). One the
+model marks ``escalate: true`` asks to run outside it — a different power from Bash's,
+so it is its own cell: a person says yes to each (or grants it for the session, a grant
+apart from Bash's own), whatever the permission mode, and never in a contract mode.
 """
 
 from __future__ import annotations
@@ -110,6 +117,17 @@ ASK: Final = Ask()
 _DENY: Final[dict[Code, Deny]] = {code: Deny(code) for code in Code}  # decisions are shared values
 
 
+def is_escalation(tool: str, args: object) -> bool:
+    """A Bash call that asks to run outside the sandbox (``escalate: true``, nothing else counts)."""
+    return tool == "Bash" and isinstance(args, dict) and args.get("escalate") is True
+
+
+def grant_key(tool: str, escalated: bool = False) -> str:
+    """What a session's "always allow" is recorded under: the tool, or its escalation (a grant of
+    plain Bash never lets a command out of the sandbox)."""
+    return f"{tool} (escalated)" if escalated else tool
+
+
 def classify(tool: str, plugin_risk: PluginRisk | None = None) -> ToolKind:
     """A registered plugin tool is PLUGIN; a built-in name its kind; anything else UNKNOWN."""
     if plugin_risk is not None:
@@ -127,11 +145,13 @@ def decide(
     temporary: bool = False,
     delegate: bool = False,
     unattended: bool = False,
+    escalated: bool = False,
 ) -> Decision:
     """Decide one tool call from the session's durable mode and permission state.
 
     ``granted`` is whether the session holds an "always allow" grant for this
-    tool; ``temporary`` whether the session has no project (scratch root);
+    tool (for an escalation: for the escalation); ``escalated`` whether a Bash call
+    asks to run outside the sandbox (``is_escalation``); ``temporary`` whether the session has no project (scratch root);
     ``delegate`` whether a Task's child agent makes the call — it works under its
     parent's mode and may never change the mode, submit a contract or start tasks;
     ``unattended`` whether nobody can answer the turn (no contract can be approved).
@@ -143,6 +163,10 @@ def decide(
         return _DENY[Code.TOOL_DISABLED_IN_PLAN if mode.is_contract else Code.TOOL_NOT_FOUND]
     if unattended and tool in EXCLUSIVE_TOOLS:
         return _DENY[Code.PLAN_REQUIRES_INTERACTIVE_SESSION]
+    if escalated and kind is ToolKind.BASH:
+        if mode.is_contract:
+            return _DENY[Code.BASH_ESCALATION_DENIED_IN_PLAN]
+        return ALLOW if granted else ASK  # (every permission mode: auto never lets a command out)
     if mode.is_contract:
         return _decide_contract(mode, permission_mode, kind)
     return _decide_agent(permission_mode, kind, plugin_risk, granted, temporary)

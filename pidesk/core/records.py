@@ -185,6 +185,7 @@ class PermissionRequest(Record):
     created_at: str
     resolved_at: str | None
     preview: dict[str, Any] | None = None  # {diff, overwrites} for Write and Edit (issue 17)
+    escalated: bool = False  # a Bash command asking to run outside the sandbox (issue 28; args carry why)
 
 
 class Notification(Record):

@@ -28,7 +28,8 @@ from pidesk.runtime.loop import Nudge, ToolOutcome, TurnEnd
 from pidesk.runtime.context_window import model_view
 from pidesk.runtime.prompts import system_prompt
 from pidesk.store import repo
-from pidesk.tools import TOOL_SPECS, Tool, close_tools, make_bash_tool, run_tool
+from pidesk.host.tooling import TurnTools, tool_specs
+from pidesk.tools import run_tool
 from pidesk.tools.base import ToolResult
 
 
@@ -46,7 +47,7 @@ class HostTurnContext:
         self.approvals = approvals
         self.executions = executions
         self.delegates = delegates
-        self._tools: dict[str, Tool] | None = None
+        self._tools: TurnTools | None = None
         self._session: Session | None = None
         self.instructions = instructions
         self._prepared: Prepared | None = None  # this turn's instruction files, skills and environment
@@ -86,7 +87,7 @@ class HostTurnContext:
             session.mode, temporary=session.project_path is None, goal_execution=self.live.goal is not None,
             unattended=self.live.unattended,
         )
-        specs = [TOOL_SPECS[name] for name in names]
+        specs = tool_specs(self.p.config, names, session.mode)
         if self.p.plugin_tools is not None and not session.mode.is_contract:  # plugin tools are Agent-only
             specs += [tool.spec for tool in self.p.plugin_tools.tools()]
         return specs
@@ -171,11 +172,7 @@ class HostTurnContext:
         plugins = self.p.plugin_tools
         if plugins is not None and plugins.risk_of(call.name) is not None:
             return ToolOutcome(await plugins.call(call.name, call.args, stopped=lambda: self.live.stop_requested))
-        if call.name == "Bash" and self.p.config.strict_planning and self._current().mode.is_contract:
-            root = Path(self._current().root)
-            sandboxed = make_bash_tool(root, env=self.p.config.tool_env, read_only=True)
-            return ToolOutcome(await run_tool(sandboxed, call.args))
-        tool = self._workspace_tools().get(call.name)
+        tool = self._turn_tools().tool(call.name, call.args, self._current().mode)
         if tool is None:
             return ToolOutcome(ToolResult.error(Code.TOOL_NOT_FOUND, f"{call.name} is not available in this host"))
         return ToolOutcome(await run_tool(tool, call.args))
@@ -204,10 +201,10 @@ class HostTurnContext:
         if self.instructions is not None and self._prepared is not None \
                 and self.instructions.active.get(self.session_id) is self._prepared:
             del self.instructions.active[self.session_id]
-        await close_tools(self._tools)
+        if self._tools is not None:
+            await self._tools.aclose()
 
-    def _workspace_tools(self) -> dict[str, Tool]:
+    def _turn_tools(self) -> TurnTools:
         if self._tools is None:
-            root = Path(self._current().root)
-            self._tools = self.p.workspace_tools(root)
+            self._tools = TurnTools(self.p, Path(self._current().root))
         return self._tools

@@ -30,7 +30,8 @@ from pidesk.ids import new_id, now_iso
 from pidesk.runtime.loop import Completed, Failed, Nudge, ToolOutcome, TurnEnd, run_turn
 from pidesk.runtime.prompts import system_prompt
 from pidesk.store import repo
-from pidesk.tools import TOOL_SPECS, Tool, close_tools, run_tool
+from pidesk.host.tooling import TurnTools, tool_specs
+from pidesk.tools import run_tool
 from pidesk.tools.base import ToolResult
 
 MAX_DELEGATES = 8
@@ -96,7 +97,7 @@ class DelegateContext:
         self.description = description
         self.messages: list[Message] = []
         self._prompt = prompt
-        self._tools: dict[str, Tool] | None = None
+        self._tools: TurnTools | None = None
         self.instructions = instructions
 
     async def run(self) -> str:
@@ -123,7 +124,7 @@ class DelegateContext:
     def tool_specs(self) -> list[dict[str, Any]]:
         session = self.p.session(self.session_id)
         names = policy.visible_tools(session.mode, temporary=session.project_path is None, delegate=True)
-        return [TOOL_SPECS[name] for name in names]
+        return tool_specs(self.p.config, names, session.mode)
 
     def history(self) -> list[Message]:
         return list(self.messages)
@@ -165,7 +166,10 @@ class DelegateContext:
         return await self.permissions.authorize(self.live, call, delegate=True)
 
     async def run_tool(self, call: ToolCallBlock) -> ToolOutcome:
-        tool = self._workspace_tools().get(call.name)
+        session = self.p.session(self.session_id)
+        if self._tools is None:
+            self._tools = TurnTools(self.p, Path(session.root))
+        tool = self._tools.tool(call.name, call.args, session.mode)
         if tool is None:
             return ToolOutcome(ToolResult.error(Code.TOOL_NOT_FOUND, f"{call.name} is not available to a delegate"))
         outcome = ToolOutcome(await run_tool(tool, call.args))
@@ -176,10 +180,5 @@ class DelegateContext:
         return Completed()
 
     async def close(self) -> None:
-        await close_tools(self._tools)
-
-    def _workspace_tools(self) -> dict[str, Tool]:
-        if self._tools is None:
-            root = Path(self.p.session(self.session_id).root)
-            self._tools = self.p.workspace_tools(root)
-        return self._tools
+        if self._tools is not None:
+            await self._tools.aclose()

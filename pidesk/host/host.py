@@ -43,12 +43,14 @@ from pidesk.host.recovery import Recovery, recover
 from pidesk.host.render import render_html
 from pidesk.host.schedules import Schedules
 from pidesk.host.sessions import Sessions
+from pidesk.host.tooling import git_sandbox, sandbox_status
 from pidesk.host.turns import Turns
 from pidesk.plugins.hooks import EventHooks, turn_ended_payload
 from pidesk.providers.base import Provider
 from pidesk.runtime.gate import StepGate
 from pidesk.ids import utcnow
 from pidesk.store import Store, repo
+from pidesk.tools.sandbox import SandboxStatus
 
 DEFAULT_PAGE = 200
 MAX_ATTACHMENT = 10 * 1024 * 1024
@@ -69,12 +71,13 @@ class Host:
         self.executions = Executions(p, self.turns)
         self.forks = Forks(p)
         self.instructions = Instructions(config.config_dir, store.data_dir, config.tool_env,
-                                         lambda: clock().astimezone().date().isoformat())
+                                         lambda: clock().astimezone().date().isoformat(), git_sandbox(p))
         self.delegates = Delegates(p, self.permissions, self.instructions)
         self.schedules = Schedules(p, self.sessions, self.turns, clock)
         self.turns.context_factory = self._context
         self.turns.after_turn = self._after_turn
         self.recovery: Recovery | None = None
+        self._sandbox: SandboxStatus | None = None
         self._scheduler: asyncio.Task[None] | None = None
         self.hooks: EventHooks | None = None
         if config.mcp_servers:
@@ -176,7 +179,8 @@ class Host:
             raise Conflict(f"this host speaks protocol {PROTOCOL_VERSION}; the client asked for "
                            f"{validate.brief(protocol_version)}", Code.PROTOCOL_MISMATCH)
         return {"protocolVersion": PROTOCOL_VERSION, "schemaVersion": self.store.schema_version,
-                "hostVersion": __version__, "strictPlanning": self.parts.config.strict_planning}
+                "hostVersion": __version__, "strictPlanning": self.parts.config.strict_planning,
+                "sandbox": (await self.sandbox_status()).to_wire()}
 
     async def host_status(self) -> dict[str, int]:
         with self.store.db.read() as db:
@@ -189,7 +193,15 @@ class Host:
 
     async def host_doctor(self) -> dict[str, Any]:
         """A pidesk addition: ``pidesk doctor``'s read-only checks while this host holds the data dir."""
-        return await doctor.look(self.parts)
+        return {**await doctor.look(self.parts), "sandbox": (await self.sandbox_status(fresh=True)).to_wire()}
+
+    async def sandbox_status(self, *, fresh: bool = False) -> SandboxStatus:
+        """Which sandbox Bash runs in, found by starting one (off the loop) once; again while it is
+        unavailable (bubblewrap installed meanwhile works at once), or when ``fresh`` (doctor)."""
+        known = self._sandbox
+        if known is None or fresh or (known.enabled and not known.available):
+            known = self._sandbox = await asyncio.to_thread(sandbox_status, self.parts.config)
+        return known
 
     # ---- session.* --------------------------------------------------------------------
 

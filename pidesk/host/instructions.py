@@ -78,6 +78,7 @@ from typing import TypeVar
 from pidesk.core import paths
 from pidesk.core.records import Session
 from pidesk.runtime.prompts import Environment, InstructionFile, ProjectContext, Skill
+from pidesk.tools.base import ToolFailure
 from pidesk.tools.children import spawn
 
 FILE_CAP = 32 * 1024  # bytes of one instruction file in the prompt
@@ -126,10 +127,14 @@ class Instructions:
     """The host's gatherer: caches what it read by file stamp, and knows each running turn's values."""
 
     def __init__(self, config_dir: Path | None, host_dir: Path | None = None,
-                 env: Mapping[str, str] | None = None, today: Callable[[], str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, today: Callable[[], str] | None = None,
+                 sandbox: Callable[[Path], list[str]] | None = None) -> None:
         self.config_dir = config_dir  # <platform config dir>/pidesk; None: no global file or skills
         self.host_dir = Path(os.path.realpath(host_dir)) if host_dir is not None else None
         self.env = dict(env) if env is not None else None
+        # what confines the turn's `git status` in a root (a read-only sandbox; None: nothing): the repository
+        # may be one a command made, whose config would otherwise run its filters and helpers here
+        self.sandbox = sandbox
         self.today = today or _local_date
         self.platform = platform.system() or "unknown"
         self.active: dict[str, Prepared] = {}  # session id -> its running turn's values
@@ -154,7 +159,8 @@ class Instructions:
     async def environment(self, session: Session) -> Environment:
         root = Path(session.root)
         in_repository = session.project_path is not None and await asyncio.to_thread(_repository, root) is not None
-        branch, changed = await git_state(root, self.env) if in_repository else (None, None)  # no git spawned
+        branch, changed = (await git_state(root, self.env, sandbox=self.sandbox) if in_repository
+                           else (None, None))  # no git spawned
         return Environment(date=self.today(), platform=self.platform, shell=SHELL, root=session.root,
                            git_branch=branch, git_changed=changed)
 
@@ -448,16 +454,19 @@ def listing(context: ProjectContext) -> dict[str, object]:
 
 # ---- git --------------------------------------------------------------------------------------------
 
-async def git_state(root: Path, env: Mapping[str, str] | None, timeout: float = GIT_TIMEOUT) -> tuple[str | None, int | None]:
+async def git_state(root: Path, env: Mapping[str, str] | None, timeout: float = GIT_TIMEOUT,
+                    sandbox: Callable[[Path], list[str]] | None = None) -> tuple[str | None, int | None]:
     """(branch, changed files) of the repository holding ``root``; (None, None) when it is none, git is
-    missing, or git does not answer within ``timeout``."""
+    missing or cannot be confined by ``sandbox`` (the argv prefix for ``root``), or does not answer within
+    ``timeout``."""
     try:
+        prefix = sandbox(root) if sandbox is not None else []
         proc = await spawn(
-            ["git", "-C", str(root), "-c", "core.fsmonitor=false", "--no-optional-locks",
+            [*prefix, "git", "-C", str(root), "-c", "core.fsmonitor=false", "--no-optional-locks",
              "status", "--porcelain=v2", "--branch", "-z"],
             env=None if env is None else {**env, "GIT_TERMINAL_PROMPT": "0"}, stderr=False,
         )
-    except OSError:
+    except (OSError, ToolFailure):
         return None, None
     assert proc.stdout is not None
     try:

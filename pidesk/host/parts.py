@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pidesk.config import HostConfig
-from pidesk.core.errors import InvalidParams, NotFound
+from pidesk.core.errors import Code, Conflict, InvalidParams, NotFound
 from pidesk.core.events import SessionUpdated
 from pidesk.core.records import Attachment, Session
 from pidesk.host import validate
@@ -22,6 +22,7 @@ from pidesk.providers.base import Provider
 from pidesk.runtime.gate import StepGate
 from pidesk.store import Store, repo
 from pidesk.tools import Tool, make_workspace_tools
+from pidesk.tools.bash import Sandbox
 
 
 class StoreThreads(ThreadPoolExecutor):
@@ -64,11 +65,24 @@ class Parts:
             self.bus.publish(SessionUpdated(session=session))
         return session
 
-    def workspace_tools(self, root: Path) -> dict[str, Tool]:
+    def project(self, value: Any, name: str = "projectPath") -> Path:
+        """A directory a session may work in: absolute, existing, resolved (``validate.project_dir``), and
+        apart from the host's data directory — neither it, inside it, nor holding it
+        (``WORKSPACE_PATH_DENIED``): a revert there would rewrite the store, and a sandbox whose root
+        lies there would show what it hides."""
+        project = validate.project_dir(value, name)
+        data = self.store.data_dir.resolve()
+        if project == data or project.is_relative_to(data) or data.is_relative_to(project):
+            raise Conflict(f"{name} {str(value)!r} holds or lies in this host's data directory {data}: "
+                           "choose a project elsewhere", Code.WORKSPACE_PATH_DENIED)
+        return project
+
+    def workspace_tools(self, root: Path, sandbox: Sandbox | None) -> dict[str, Tool]:
         """The built-in tools of a turn or a delegate over ``root``: refusing the host's own data
-        directory, with every Bash group recorded so a crash cannot leave it running."""
+        directory, with every Bash group recorded so a crash cannot leave it running, and each Bash
+        command confined by ``sandbox`` (pidesk.host.tooling decides it)."""
         return make_workspace_tools(root, env=self.config.tool_env, host_dir=self.store.data_dir,
-                                    process_groups=self.store.process_groups)
+                                    process_groups=self.store.process_groups, sandbox=sandbox)
 
     def stored_attachments(self, value: Any) -> list[Attachment]:
         """A prompt's attachments, each naming bytes the host holds (``attachments.put``) of their

@@ -37,14 +37,15 @@ class Permissions:
     async def authorize(self, live: LiveTurn, call: ToolCallBlock, *, delegate: bool = False
                         ) -> policy.Allow | policy.Deny:
         session = self.p.session(live.session_id)
+        escalated = policy.is_escalation(call.name, call.args)
         with self.p.store.db.read() as db:
-            granted = session.mode is Mode.AGENT and repo.has_grant(db, session.id, call.name)
+            granted = session.mode is Mode.AGENT and repo.has_grant(db, session.id, policy.grant_key(call.name, escalated))
         plugins = self.p.plugin_tools
         decision = policy.decide(
             session.mode, session.permission_mode, call.name,
             plugin_risk=plugins.risk_of(call.name) if plugins is not None else None,
             granted=granted, temporary=session.project_path is None, delegate=delegate,
-            unattended=live.unattended,
+            unattended=live.unattended, escalated=escalated,
         )
         if not isinstance(decision, policy.Deny):
             path_verdict = check_paths(call.name, call.args, Path(session.root), self.p.store.data_dir)
@@ -64,6 +65,7 @@ class Permissions:
             id=new_id("p"), session_id=live.session_id, turn_id=live.turn_id, tool_call_id=call.id,
             tool=call.name, args=call.args, status=PermissionStatus.PENDING, created_at=now_iso(), resolved_at=None,
             preview=checkpoints.preview(call.name, call.args, root),
+            escalated=policy.is_escalation(call.name, call.args),
         )
         future: asyncio.Future[tuple[bool, bool]] = asyncio.get_running_loop().create_future()
         live.permission_waiters[request.id] = future
@@ -110,10 +112,12 @@ class Permissions:
         with self.p.store.db.tx() as db:
             repo.settle_request(db, request.id, status)
             repo.set_status(db, session_id, SessionStatus.WAITING_PERMISSION, SessionStatus.RUNNING, turn_id)
-            repo.audit(db, "permission.resolved", session_id, turn_id, tool=request.tool, decision=decision)
+            repo.audit(db, "permission.resolved", session_id, turn_id, tool=request.tool, decision=decision,
+                       escalated=request.escalated)
             if allowed and remember == "session":
-                repo.insert_grant(db, session_id, request.tool)
-                repo.audit(db, "grant.created", session_id, turn_id, tool=request.tool, scope="session")
+                grant = policy.grant_key(request.tool, request.escalated)
+                repo.insert_grant(db, session_id, grant)
+                repo.audit(db, "grant.created", session_id, turn_id, tool=grant, scope="session")
         future.set_result((allowed, remember == "session"))
         with self.p.store.db.read() as db:
             settled = repo.get_request(db, request.id)

@@ -61,11 +61,13 @@ class Schedules:
 
         if not croniter.is_valid(expression):
             raise InvalidParams(f"cron {expression!r} is not a cron expression (e.g. '0 9 * * 1-5')")
-        project = validate.project_dir(project_path)
+        chosen_mode = validate.enum(mode or "agent", Mode, "mode")
+        chosen_permission = validate.enum(permission_mode or "ask", PermissionMode, "permissionMode")
+        text = validate.text(prompt, "prompt")
+        project = self.p.project(project_path)  # (last: malformed input is INVALID_PARAMS first)
         schedule = Schedule(
             id=new_id("sc"), name=label, cron=expression, project_path=str(project.resolve()),
-            prompt=validate.text(prompt, "prompt"), mode=validate.enum(mode or "agent", Mode, "mode"),
-            permission_mode=validate.enum(permission_mode or "ask", PermissionMode, "permissionMode"),
+            prompt=text, mode=chosen_mode, permission_mode=chosen_permission,
             enabled=True, next_run_at=iso(_next(expression, self.clock())), last_run=None,
         )
         with self.p.store.db.tx() as db:

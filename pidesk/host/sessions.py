@@ -51,7 +51,7 @@ class Sessions:
         chosen_permission = validate.enum(permission_mode or "ask", PermissionMode, "permissionMode")
         session_id = new_id("s")
         if project_path is not None:
-            project: Path | None = validate.project_dir(project_path)
+            project: Path | None = self.p.project(project_path)
             root = project
         else:
             if chosen_mode.is_contract:
@@ -124,13 +124,12 @@ class Sessions:
             return
         self.p.publish_session(session.id)
 
-    @staticmethod
-    def check_project(path: Any) -> dict[str, Any]:
+    def check_project(self, path: Any) -> dict[str, Any]:
         """Whether ``path`` can be a session's project, and why not (``projects.check``, a pidesk addition)."""
         validate.text(path, "path")  # not text at all: INVALID_PARAMS, as for any method
         try:
-            resolved = validate.project_dir(path, "path")
-        except InvalidParams as exc:
+            resolved = self.p.project(path, "path")
+        except (InvalidParams, Conflict) as exc:
             return {"ok": False, "reason": str(exc)}
         return {"ok": True, "path": str(resolved)}
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pidesk.tools.base import Tool, ToolFailure, ToolResult, run_tool
-from pidesk.tools.bash import Bash, make_bash_tool
+from pidesk.tools.bash import Bash, Sandbox, make_bash_tool
 from pidesk.tools.browser import make_browser_preview_tool
 from pidesk.tools.files import (
     make_edit_tool,
@@ -53,17 +53,19 @@ async def close_tools(tools: Mapping[str, Tool] | None) -> None:
 
 
 def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None,
-                         host_dir: Path | None = None, process_groups: GroupRecord | None = None) -> dict[str, Tool]:
+                         host_dir: Path | None = None, process_groups: GroupRecord | None = None,
+                         sandbox: Sandbox | None = None) -> dict[str, Tool]:
     """``env`` is the Bash environment (``None``: inherit the host's); ``host_dir`` the host's data
     directory, which the path tools then refuse as they run (``workspace.guard``); ``process_groups``
-    the store's record of running Bash groups, which boot kills (``tools/watchdog.py``)."""
+    the store's record of running Bash groups, which boot kills (``tools/watchdog.py``); ``sandbox``
+    what confines each Bash command (``tools/sandbox.py``; ``None``: nothing)."""
     tools: dict[str, Tool] = {
         "Read": make_read_tool(root),
         "Glob": make_glob_tool(root, host_dir=host_dir),
         "Grep": make_grep_tool(root, host_dir=host_dir),
         "Write": make_write_tool(root),
         "Edit": make_edit_tool(root),
-        "Bash": make_bash_tool(root, env=env, process_groups=process_groups),
+        "Bash": make_bash_tool(root, env=env, sandbox=sandbox, process_groups=process_groups),
         "BrowserPreview": make_browser_preview_tool(root, host_dir=host_dir),
     }
     if host_dir is not None:

@@ -2,6 +2,10 @@
 
 Each call runs in a new process, started cold (``bash -c``) or ahead of time as a
 spare (``Bash`` below): either way nothing of one call's shell state reaches the next.
+A tool given a ``sandbox`` starts every shell, spares included, inside it
+(``tools/sandbox.py``); a sandbox that cannot start fails the call with
+``SANDBOX_UNAVAILABLE`` and the command never runs. The spare hides the sandbox's
+start (~6 ms here) from all but a turn's first call.
 
 Invariant: nothing a call starts outlives the call. The command runs as the
 leader of a new session (so its process group holds every descendant that does
@@ -42,17 +46,20 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
 
 from pidesk.core.errors import Code
-from pidesk.tools.base import ToolFailure, ToolResult, optional_int, require_str
+from pidesk.tools.base import ToolFailure, ToolResult, optional_bool, optional_int, require_str
 from pidesk.tools.children import exit_code, watch_exit
+from pidesk.tools.sandbox import HOW_TO_FIX
 from pidesk.tools.watchdog import GroupRecord, Guarded, guard, keep_guarded, release
 
 log = logging.getLogger("pidesk.tools.bash")
+
+Sandbox = Callable[[], list[str]]  # the argv prefix that confines one new shell (tools/sandbox.py)
 
 MAX_TIMEOUT_MS: Final = 600_000
 _KILL_WAIT_S: Final = 2.0
@@ -103,24 +110,6 @@ class _Collector:
         return f"[{cut} earlier bytes of output cut]\n{body}" if cut else body
 
 
-def read_only_sandbox(root: Path) -> list[str]:
-    """The bubblewrap argv prefix that makes every path read-only (a private /tmp and no network).
-
-    Strict planning depends on it: a machine without ``bwrap`` cannot honour the
-    setting, so this refuses (``ToolFailure``) rather than run unconfined.
-    """
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        raise ToolFailure(Code.TOOL_DENIED, "strict planning needs bubblewrap (apt-get install bubblewrap); "
-                                            "Bash is refused until it is installed or strict planning is off")
-    # --unshare-pid: when the sandbox's first process dies (it is killed with its group on
-    # abort or timeout), the kernel kills everything else inside it too.
-    # The root is bound again after the private /tmp, in case it lives under /tmp.
-    return [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--ro-bind", str(root), str(root), "--chdir", str(root),
-            "--unshare-net", "--unshare-pid", "--die-with-parent"]
-
-
 def make_bash_tool(
     root: Path,
     *,
@@ -128,17 +117,17 @@ def make_bash_tool(
     max_output: int = 30_000,
     kill_grace_ms: int = 1_000,
     env: Mapping[str, str] | None = None,
-    read_only: bool = False,
+    sandbox: Sandbox | None = None,
     process_groups: GroupRecord | None = None,
 ) -> Bash:
-    """``env`` replaces the inherited environment (the composition root passes one
-    without provider keys); ``None`` inherits the host's. ``read_only`` runs every
-    command inside a bubblewrap sandbox where the whole file system is read-only
-    (strict planning): the command can look, never change anything.
-    ``process_groups`` is the store's durable record of running groups, which boot
-    kills (a host passes its store's; without one only the watchdog guards them)."""
+    """``env`` replaces the inherited environment (the host passes an allowlist of its own,
+    ``config.command_environment``); ``None`` inherits the host's. ``sandbox`` gives the
+    argv prefix that confines each new shell (``tools/sandbox.py``: ``Bubblewrap.prefix``);
+    ``None`` runs commands unconfined. ``process_groups`` is the store's durable record of
+    running groups, which boot kills (a host passes its store's; without one only the
+    watchdog guards them)."""
     return Bash(root, default_timeout_ms=default_timeout_ms, max_output=max_output, kill_grace_ms=kill_grace_ms,
-                env=env, read_only=read_only, process_groups=process_groups)
+                env=env, sandbox=sandbox, process_groups=process_groups)
 
 
 class Bash:
@@ -158,14 +147,15 @@ class Bash:
     """
 
     def __init__(self, root: Path, *, default_timeout_ms: int, max_output: int, kill_grace_ms: int,
-                 env: Mapping[str, str] | None, read_only: bool, process_groups: GroupRecord | None = None) -> None:
+                 env: Mapping[str, str] | None, sandbox: Sandbox | None = None,
+                 process_groups: GroupRecord | None = None) -> None:
         self.root = root.resolve()
         self.default_timeout_ms = default_timeout_ms
         self.max_timeout_ms = max(MAX_TIMEOUT_MS, default_timeout_ms)
         self.max_output = max_output
         self.kill_grace_ms = kill_grace_ms
         self.env = dict(env) if env is not None else None
-        self.read_only = read_only
+        self.sandbox = sandbox
         self.process_groups = process_groups
         self.bash = shutil.which("bash") or "/bin/bash"
         self._spare: asyncio.Future[_Shell] | None = None  # the next call's shell, maybe still starting
@@ -180,6 +170,9 @@ class Bash:
         )
         if "\0" in command:
             raise ToolFailure(Code.INVALID_ARGUMENTS, "Bash: a command cannot contain a NUL character")
+        optional_bool(args, "Bash", "escalate")  # (the host's to act on: it chose this tool by it)
+        if args.get("justification") is not None and not isinstance(args["justification"], str):
+            raise ToolFailure(Code.INVALID_ARGUMENTS, "Bash: `justification` must be a string")
         shell = await self._start(command)
         group, collector = shell.pid, shell.collector
         stopped = False
@@ -202,6 +195,9 @@ class Bash:
         # the result and the model's next answer.
         self._start_spare()
         output = collector.text()
+        if self.sandbox is not None and not shell.running.done() and not timed_out:
+            return ToolResult.error(Code.SANDBOX_UNAVAILABLE, f"the sandbox could not start, so the command did "
+                                                              f"not run: {output}\nTo fix: {HOW_TO_FIX}")
         if not collector.eof.done():
             output += "\n[stopped reading: a detached process still holds the output open]"
         if timed_out:
@@ -259,7 +255,7 @@ class Bash:
     def _start_spare(self) -> None:
         """Start the next call's shell (once this call has returned), unless there is one or no call
         will come."""
-        if self._spare is None and not self._closed and not self.read_only:  # (a sandbox is per call)
+        if self._spare is None and not self._closed:
             loop = asyncio.get_running_loop()
             self._spare = spare = loop.create_future()
             self._spare_born = loop.time()
@@ -275,7 +271,7 @@ class Bash:
             return
         try:
             shell = self._spawn(["-c", _WAIT_FOR_COMMAND])
-        except OSError as exc:
+        except (OSError, ToolFailure) as exc:
             spare.set_exception(exc)
             return
         shell.guard_due = True
@@ -316,7 +312,9 @@ class Bash:
         _retire(spare.result(), self.process_groups)
 
     def _spawn(self, argv: list[str]) -> _Shell:
-        prefix = read_only_sandbox(self.root) if self.read_only else []
+        """A new shell running ``bash argv``, in the sandbox if there is one (``ToolFailure``
+        ``SANDBOX_UNAVAILABLE`` if it cannot be built)."""
+        prefix = self.sandbox() if self.sandbox is not None else []
         return _Shell([*prefix, self.bash, *argv], cwd=self.root, env=self.env, max_output=self.max_output)
 
 

@@ -37,6 +37,41 @@ _CONTRACT: Final = {
     "question": _string("The question the user answers by approving or rejecting."),
 }
 
+def bash_spec(*, sandboxed: bool = True, network: bool = False, read_only: bool = False,
+              may_escalate: bool = True) -> dict[str, Any]:
+    """Bash as the host runs it: in its sandbox or not; with the network or not; the root read-only
+    (strict planning) or not; and with ``escalate`` (and what calls for it) where it may be asked for."""
+    properties: dict[str, Any] = {
+        "command": _string("The bash command line."),
+        "timeoutMs": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 600_000,
+            "description": "Kill the command after this many milliseconds (default 120000).",
+        },
+    }
+    description = ("Run a bash command in the workspace root and return its combined output and exit code; "
+                   "background processes it leaves are stopped when it ends.")
+    if sandboxed:
+        where = ("only in /tmp (private to the command): the workspace is read-only while planning" if read_only
+                 else "only inside the workspace root (not .pi/, .git/hooks or .git/config) and /tmp (private to "
+                      "the command)")
+        description += f" Commands run in a sandbox: they can write {where}, and " + (
+            "reach the network." if network else "have no network.")
+    if sandboxed and may_escalate:
+        needs = "a write outside the root" if network else "a package download, a write outside the root"
+        description += (f" Work within it. Only when the task cannot be done otherwise ({needs}), set `escalate` "
+                        "with a `justification`: the user is asked to run that one command outside the sandbox, "
+                        "and may refuse.")
+        properties["escalate"] = {
+            "type": "boolean",
+            "description": "Ask the user to run this command outside the sandbox.",
+        }
+        properties["justification"] = _string(
+            "With `escalate`: why this command needs to leave the sandbox, one sentence the user reads before deciding.")
+    return _spec("Bash", description, properties, "command")
+
+
 TOOL_SPECS: Final[dict[str, dict[str, Any]]] = {
     spec["name"]: spec
     for spec in (
@@ -95,21 +130,7 @@ TOOL_SPECS: Final[dict[str, dict[str, Any]]] = {
             "oldText",
             "newText",
         ),
-        _spec(
-            "Bash",
-            "Run a bash command in the workspace root and return its combined output and exit code; "
-            "background processes it leaves are stopped when it ends.",
-            {
-                "command": _string("The bash command line."),
-                "timeoutMs": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": 600_000,
-                    "description": "Kill the command after this many milliseconds (default 120000).",
-                },
-            },
-            "command",
-        ),
+        bash_spec(),
         _spec(
             "BrowserPreview",
             "Open a read-only preview of a loopback URL or a file in the workspace.",

@@ -45,10 +45,10 @@ def test_environment_overrides_the_file_and_arguments_override_both(tmp_path):
 
 def test_no_file_means_demo_and_tools_never_see_secrets(tmp_path):
     env = {"PIDESK_CONFIG": str(tmp_path / "missing.toml"), "OPENAI_API_KEY": "sk-x", "GITHUB_TOKEN": "t",
-           "PATH": "/bin"}
+           "PATH": "/bin", "LC_ALL": "C.UTF-8", "HOME": "/home/u", "PYTHONPATH": "/x"}
     config = HostConfig.from_environ(env)
     assert config.model == "demo"
-    assert config.tool_env == {"PIDESK_CONFIG": str(tmp_path / "missing.toml"), "PATH": "/bin"}
+    assert config.tool_env == {"PATH": "/bin", "LC_ALL": "C.UTF-8", "HOME": "/home/u"}
 
 
 def test_a_broken_file_is_a_clear_error(tmp_path):

@@ -60,6 +60,9 @@ TOOL_CODES = [
     "PLAN_WORKSPACE_REQUIRED",
     "PERMISSION_REQUIRED",
     "GOAL_UNREPORTED",
+    # PROTOCOL.md "Turn-3 additions", Sandbox (Bash)
+    "BASH_ESCALATION_DENIED_IN_PLAN",
+    "SANDBOX_UNAVAILABLE",
 ]
 
 # PROTOCOL.md "Turn error codes (turn.ended.errorCode)".

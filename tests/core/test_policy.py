@@ -37,6 +37,8 @@ from pidesk.core.policy import (
     PluginRisk,
     batch_is_exclusive_violation,
     decide,
+    grant_key,
+    is_escalation,
     visible_tools,
 )
 
@@ -360,3 +362,47 @@ def test_property_unattended_turns_never_get_a_contract_tool_and_change_nothing_
     else:
         assert unattended == decide(mode, pm, tool, granted=granted, temporary=temporary)
     assert set(visible_tools(mode, temporary=temporary, unattended=True)).isdisjoint(EXCLUSIVE)
+
+
+@given(
+    mode=st.sampled_from(list(Mode)),
+    pm=st.sampled_from(PermissionMode),
+    granted=st.booleans(),
+    temporary=st.booleans(),
+    delegate=st.booleans(),
+)
+def test_property_an_escalation_always_asks_or_is_refused_never_allowed_unasked(
+    mode: Mode, pm: PermissionMode, granted: bool, temporary: bool, delegate: bool
+) -> None:
+    """Issue 28: a Bash command asking to leave the sandbox asks in every permission mode, ``auto``
+    included; only its own session grant lifts that, in Agent mode; Plan and Goal refuse it always."""
+    decision = decide(mode, pm, "Bash", granted=granted, temporary=temporary, delegate=delegate, escalated=True)
+    if mode.is_contract:
+        assert decision == Deny(Code.BASH_ESCALATION_DENIED_IN_PLAN)
+    else:
+        assert decision == (Allow() if granted else Ask())
+
+
+@given(mode=st.sampled_from(list(Mode)), pm=st.sampled_from(PermissionMode), tool=st.sampled_from(sorted(BUILTIN_TOOLS)),
+       granted=st.booleans())
+def test_property_escalated_means_nothing_to_any_tool_but_bash(
+    mode: Mode, pm: PermissionMode, tool: str, granted: bool
+) -> None:
+    if tool != "Bash":
+        assert decide(mode, pm, tool, granted=granted, escalated=True) == decide(mode, pm, tool, granted=granted)
+
+
+@pytest.mark.parametrize(("tool", "args", "escalated"), [
+    ("Bash", {"command": "x", "escalate": True}, True),
+    ("Bash", {"command": "x", "escalate": "true"}, False),  # only the boolean: the tool refuses the string
+    ("Bash", {"command": "x", "escalate": 1}, False),
+    ("Bash", {"command": "x"}, False),
+    ("Write", {"path": "a", "content": "", "escalate": True}, False),
+    ("Bash", ["not", "an", "object"], False),
+])
+def test_only_a_bash_call_with_escalate_true_is_an_escalation(tool: str, args: object, escalated: bool) -> None:
+    assert is_escalation(tool, args) is escalated
+
+
+def test_a_grant_of_a_tool_is_not_a_grant_of_its_escalation() -> None:
+    assert grant_key("Bash") == "Bash" and grant_key("Bash", escalated=True) != grant_key("Bash")

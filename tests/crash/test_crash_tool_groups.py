@@ -29,9 +29,11 @@ from crash_harness import rows
 
 from pidesk.store.process_groups import ProcessGroups
 from pidesk.tools.reaper import boot_id, start_time
+from tests.sandboxing import require_sandbox
 from tests.tools.test_bash_host_death import (
     DELAY_S,
     LATE_COMMAND,
+    LATE_SLEEP,
     group_members,
     open_fifo,
     read_group,
@@ -44,12 +46,14 @@ CHILD = Path(__file__).resolve().with_name("bash_crash_child.py")
 class CrashedHost:
     """The child host, mid-command: its pid, its watchdog's, and the command's process group."""
 
-    def __init__(self, data_dir: Path, project: Path) -> None:
+    def __init__(self, data_dir: Path, project: Path, sandbox: bool) -> None:
         self.fifo = open_fifo(project / "started.fifo")
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIDESK_")}
-        self.proc = subprocess.Popen([sys.executable, str(CHILD), str(data_dir), str(project), LATE_COMMAND],
+        self.proc = subprocess.Popen([sys.executable, str(CHILD), str(data_dir), str(project), LATE_COMMAND,
+                                      "on" if sandbox else "off"],
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.group = read_group(self.fifo)
+        self.sandboxed = sandbox
+        self.group = read_group(self.fifo, running=LATE_SLEEP)
 
     def watchdog(self) -> int:
         """The host's watchdog: its child running tools/reaper.py."""
@@ -75,9 +79,13 @@ class CrashedHost:
             self.proc.communicate(timeout=10)
 
 
-@pytest.fixture
-def crashed(data_dir: Path, project: Path) -> Iterator[CrashedHost]:
-    host = CrashedHost(data_dir, project)
+@pytest.fixture(params=["sandboxed", "unconfined"])
+def crashed(request: pytest.FixtureRequest, data_dir: Path, project: Path) -> Iterator[CrashedHost]:
+    """A host killed mid-command: one whose commands run in the sandbox (where bubblewrap works here), and
+    one whose command runs unconfined (``sandbox = "off"``, or an escalation the person allowed)."""
+    if request.param == "sandboxed":
+        require_sandbox()
+    host = CrashedHost(data_dir, project, sandbox=request.param == "sandboxed")
     try:
         yield host
     finally:
@@ -124,10 +132,16 @@ async def test_kill_9_mid_command_the_commands_later_write_never_happens(
 async def test_groups_a_dead_watchdog_missed_are_killed_at_boot_before_the_host_serves(
     crashed: CrashedHost, project: Path, make_host: Any
 ) -> None:
-    """Authority hole 7: the host and its watchdog both killed (kill -9 of both, the OOM killer): the command
-    runs on, and the restarted host kills its recorded group during recovery, before it serves anything."""
+    """Authority hole 7: the host and its watchdog both killed (kill -9 of both, the OOM killer): an
+    unconfined command runs on, and the restarted host kills its recorded group during recovery, before it
+    serves anything. A sandboxed one is already gone: its sandbox dies with the host (issue 28)."""
     os.kill(crashed.watchdog(), signal.SIGKILL)
     crashed.kill()
+    if crashed.sandboxed:
+        took = wait_group_gone(crashed.group)
+        assert took < DELAY_S / 2 and not (project / "late.txt").exists()
+        assert make_host().recovery.boot.killed_process_groups == []
+        return
     assert group_members(crashed.group)  # nothing killed it: still sleeping
 
     host = make_host()

@@ -72,8 +72,9 @@ async def test_issue17_revert_restores_before_the_turn_leaves_ignored_files_and_
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
     first = await _turn(host, provider, sid, tool("Write", path="README.md", content="rewritten\n"))
-    await _turn(host, provider, sid, tool(
-        "Bash", command="echo later > later.txt && echo log > build.log && mkdir -p .pi && echo p > .pi/note.md"))
+    await _turn(host, provider, sid, tool("Bash", command="echo later > later.txt && echo log > build.log"))
+    (project / ".pi").mkdir(exist_ok=True)
+    (project / ".pi" / "note.md").write_text("p\n")  # (the host's own: a command cannot write .pi/)
     (project / "src" / "app.py").write_text("edited by hand\n")  # the confirmation says these go too
     result = await host.call("session.revert", {"sessionId": sid, "turnId": first})
     assert sorted(result["files"]) == ["README.md", "later.txt", "src/app.py"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pidesk.core import events as ev
-from tests.scenario import alive, ended, permission_requested, pid_from_file, prompt, session, state, tool, tool_results
+from tests.scenario import alive, ended, permission_requested, process_running, prompt, session, state, tool, tool_results
 
 pytestmark = pytest.mark.asyncio
 
@@ -69,10 +69,10 @@ async def test_rule17_a_parent_provider_error_aborts_leftover_delegates_and_retu
     sub = host.subscribe()
     provider.enqueue(s["id"], tool("Task", description="bash", prompt="run it"),
                      {"gate": "parent", "error": "PROVIDER_ERROR"}, {"text": "continued"})
-    provider.enqueue(f"{s['id']}/task_1", tool("Bash", command="echo $$ > pid.txt; exec sleep 60"))
+    provider.enqueue(f"{s['id']}/task_1", tool("Bash", command="exec sleep 60.0128"))
     turn = await prompt(host, s["id"])
     await sub.wait_for(lambda e: isinstance(e, ev.ToolStarted) and e.name == "Bash")
-    pid = await pid_from_file(project / "pid.txt")
+    pid = await process_running("sleep 60.0128")
     provider.release("parent")
     end = await ended(sub, turn["turnId"])
     assert not alive(pid)

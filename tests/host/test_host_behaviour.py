@@ -18,7 +18,7 @@ from tests.scenario import (
     die,
     ended,
     permission_requested,
-    pid_from_file,
+    process_running,
     plan_requested,
     prompt,
     session,
@@ -115,10 +115,10 @@ async def test_the_audit_log_records_mode_changes_grants_denials_and_decisions(h
 async def test_abort_kills_a_running_bash_before_it_is_acknowledged(host, provider, project):
     s = await session(host, project, permissionMode="auto")
     sub = host.subscribe()
-    provider.enqueue(s["id"], tool("Bash", command="echo $$ > pid.txt; exec sleep 60"))
+    provider.enqueue(s["id"], tool("Bash", command="exec sleep 60.0128"))
     await prompt(host, s["id"])
     await sub.wait_for(lambda e: isinstance(e, ev.ToolStarted))
-    pid = await pid_from_file(project / "pid.txt")
+    pid = await process_running("sleep 60.0128")
     assert (await host.call("agent.abort", {"sessionId": s["id"]}))["aborted"] is True
     assert not alive(pid)
     assert tool_results((await state(host, s["id"]))["messages"], "Bash")[0]["errorCode"] == "TOOL_ABORTED"
@@ -290,7 +290,7 @@ async def test_strict_planning_without_bubblewrap_refuses_bash_instead_of_runnin
     provider.enqueue(s["id"], tool("Bash", command="touch new.txt"), {"text": "looked"})
     await ended(sub, (await prompt(host, s["id"]))["turnId"])
     result = tool_results((await state(host, s["id"]))["messages"], "Bash")[0]
-    assert result["errorCode"] == "TOOL_DENIED" and "bubblewrap" in result["output"]
+    assert result["errorCode"] == "SANDBOX_UNAVAILABLE" and "apt-get install bubblewrap" in result["output"]
     assert not (project / "new.txt").exists()
 
 

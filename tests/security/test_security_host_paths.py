@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from pidesk.core import events as ev
+from pidesk.host import validate
 from tests.scenario import (
     ended,
     permission_requested,
@@ -116,6 +117,14 @@ async def test_an_artifact_whose_pi_became_a_symlink_after_approval_does_not_exe
 # ---- hole 12: the data directory inside the root ----------------------------------------------------
 
 
+async def session_holding_the_data_dir(host: Any, root: Path, **params: Any) -> dict[str, Any]:
+    """A session whose root holds the data dir: ``session.create`` refuses one now (PROTOCOL.md turn-3 limits),
+    but one made before that rule can still exist, and the path tools' own guard must hold for it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(host.parts, "project", lambda value, name="projectPath": validate.project_dir(value, name))
+        return await session(host, root, **params)
+
+
 def data_dir_calls(sid: str, data: Path, root: Path) -> list[dict[str, Any]]:
     transcript = f"data/transcripts/{sid}.jsonl"
     return [
@@ -142,7 +151,7 @@ async def test_tools_cannot_touch_the_hosts_data_dir_inside_the_root(
     root = tmp_path  # holds ``data`` (the host's data dir) and ``project``
     (data_dir / "host.json").write_text(json.dumps({"token": "HOST-TOKEN-93ab"}))
     os.symlink(data_dir / "transcripts", root / "transcripts_link")
-    s = await session(host, root, permissionMode=permission_mode)
+    s = await session_holding_the_data_dir(host, root, permissionMode=permission_mode)
     sid = s["id"]
     transcript = host.store.transcripts.path(sid)
     before = transcript.read_bytes()
@@ -164,7 +173,7 @@ async def test_tools_cannot_touch_the_hosts_data_dir_inside_the_root(
 async def test_a_grant_does_not_open_the_data_dir(host, provider, data_dir, tmp_path):
     """Authority hole 12 with a grant: "always allow Write" for the session still leaves the data dir denied,
     without asking again."""
-    s = await session(host, tmp_path)  # permission mode ask
+    s = await session_holding_the_data_dir(host, tmp_path)  # permission mode ask
     sub = host.subscribe()
     provider.enqueue(s["id"], tool("Write", path="ok.txt", content="fine\n"),
                      tool("Write", path=f"data/transcripts/{s['id']}.jsonl", content="garbage\n"), {"text": "done"})
@@ -254,7 +263,7 @@ async def test_a_search_of_the_whole_root_passes_the_data_dir_by(host, provider,
     (tmp_path / "notes.txt").write_text("HOST-TOKEN-93ab is a string in my notes\n")
     (tmp_path / "sub" / "data").mkdir(parents=True)
     (tmp_path / "sub" / "data" / "kept.txt").write_text("HOST-TOKEN-93ab kept\n")
-    s = await session(host, tmp_path, permissionMode="auto")
+    s = await session_holding_the_data_dir(host, tmp_path, permissionMode="auto")
     sub = host.subscribe()
     provider.enqueue(s["id"], tool("Grep", pattern="HOST-TOKEN"), tool("Glob", pattern="**/*.json*"),
                      tool("Glob", pattern="**/*.txt"), {"text": "done"})

@@ -33,7 +33,8 @@ APPROVAL = {"id", "kind", "sessionId", "turnId", "toolCallId", "title", "questio
             "artifactSize", "status", "deadline", "permissionMode", "executionId", "executionState", "createdAt",
             "resolvedAt", "revises", "feedback"}  # + criteria?
 PERMISSION = {"id", "sessionId", "turnId", "toolCallId", "tool", "args", "status", "createdAt", "resolvedAt",
-              "preview"}  # PROTOCOL.md "Additions": {diff, overwrites} for Write and Edit, else null
+              "preview",  # PROTOCOL.md "Additions": {diff, overwrites} for Write and Edit, else null
+              "escalated"}  # PROTOCOL.md "Turn-3 additions": a Bash command asking to leave the sandbox
 NOTIFICATION = {"id", "sessionId", "turnId", "kind", "createdAt", "seenAt"}
 QUEUE_ENTRY = {"id", "sessionId", "position", "text", "attachments", "createdAt"}
 TURN = {"id", "sessionId", "seq", "origin", "state", "reason", "errorCode", "startedAt", "endedAt", "usage",
@@ -169,7 +170,7 @@ def rpc_error(err: Any, code: int, data_code: str | None) -> None:
 async def test_host_methods_over_websocket_and_http(served):
     c = await served.ws()
     hello = await c.call("host.hello", {"protocolVersion": 1, "client": {"name": "conformance"}})
-    assert set(hello) == {"protocolVersion", "schemaVersion", "hostVersion", "strictPlanning"}
+    assert set(hello) == {"protocolVersion", "schemaVersion", "hostVersion", "strictPlanning", "sandbox"}
     assert hello["protocolVersion"] == 1 and hello["strictPlanning"] is False  # off unless configured
     status = await c.call("host.status")
     assert status == {"sessions": 0, "running": 0, "pendingApprovals": 0, "queued": 0}

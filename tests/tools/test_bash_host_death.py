@@ -27,10 +27,12 @@ from pidesk.store.process_groups import ProcessGroups
 from pidesk.tools import make_bash_tool, run_tool
 from pidesk.tools.reaper import DRAIN_S, start_time
 from pidesk.tools.watchdog import COMMAND, WATCHDOG
+from tests.scenario import running_with
 
 REPO = Path(__file__).resolve().parents[2]
-DELAY_S = 2  # the command's sleep before its late write
-LATE_COMMAND = f"echo $$ > started.fifo; sleep {DELAY_S}; echo late > late.txt"
+DELAY_S = 2.0173  # the command's sleep before its late write (its odd digits find the sleep: read_group)
+LATE_SLEEP = f"sleep\0{DELAY_S}"  # (its command line)
+LATE_COMMAND = f"echo started > started.fifo; sleep {DELAY_S}; echo late > late.txt"
 
 # The stand-in host: run one Bash command (after a first call, for the spare-shell path), forever.
 HOST = """
@@ -83,11 +85,21 @@ def open_fifo(path: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
 
 
-def read_group(fd: int, timeout: float = 20.0) -> int:
-    """Wait for the command to start: the line it writes to the FIFO (its shell's pid, the group id)."""
+def read_group(fd: int, timeout: float = 20.0, *, running: str | None = None) -> int:
+    """Wait for the command to start: the line it writes to the FIFO (its shell's pid, the group id). Or,
+    for a command that may run sandboxed (its ``$$`` is then its pid namespace's), the group of the process
+    whose command line holds ``running``, as this process sees it."""
     ready, _, _ = select.select([fd], [], [], timeout)
     assert ready, "the command never started"
-    return int(os.read(fd, 64).decode().split()[0])
+    line = os.read(fd, 64).decode()
+    if running is None:
+        return int(line.split()[0])
+    began = time.monotonic()
+    while not (found := running_with(running.encode())):
+        assert time.monotonic() - began < timeout, f"no process runs {running!r}"
+        time.sleep(0.01)
+    (pid,) = found
+    return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[2])
 
 
 @pytest.mark.parametrize("how", ["cold", "warm", "watchdog-restarted"])
@@ -100,7 +112,7 @@ def test_host_killed_mid_command_takes_the_commands_whole_group_with_it(root: Pa
     host = subprocess.Popen([sys.executable, "-c", HOST, str(root), LATE_COMMAND, how], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        pgid = read_group(fifo)
+        pgid = read_group(fifo, running=LATE_SLEEP)
         assert group_members(pgid)  # the command runs: its shell and its sleep
         host.kill()
         host.wait(timeout=10)

@@ -16,6 +16,7 @@ from pidesk.core.records import (
     PermissionRequest,
     PlanApproval,
 )
+from pidesk.core.policy import is_escalation
 from pidesk.core.transitions import advance
 from pidesk.ids import now_iso
 from pidesk.store.repo.sessions import Row
@@ -153,9 +154,11 @@ _REQUEST_COLS = "id, session_id, turn_id, tool_call_id, tool, args, status, crea
 
 
 def _request(row: Row) -> PermissionRequest:
+    args = json.loads(row[5])
     return PermissionRequest(
         id=row[0], session_id=row[1], turn_id=row[2], tool_call_id=row[3], tool=row[4],
-        args=json.loads(row[5]), status=PermissionStatus(row[6]), created_at=row[7], resolved_at=row[8],
+        args=args, status=PermissionStatus(row[6]), created_at=row[7], resolved_at=row[8],
+        escalated=is_escalation(row[4], args),
     )
 
 

@@ -7,7 +7,7 @@
 // and session are shown — also in the URL — and the composer's unsent draft).
 
 import { Rpc } from './wire.js';
-import { h, clip, explain, hostInfo, PERMISSION_LABEL } from './util.js';
+import { h, clip, explain, hostInfo, sandboxInfo, PERMISSION_LABEL } from './util.js';
 import { Transcript } from './transcript.js';
 import { createLayout } from './layout.js';
 import { createComposer } from './composer.js';
@@ -44,7 +44,7 @@ const el = {
   composer: $('composer'), banner: $('banner'), working: $('working'), workingText: $('working-text'),
   schedulesButton: $('schedules-button'), schedulesDialog: $('schedules-dialog'),
   sidebarToggle: $('sidebar-toggle'), scrim: $('scrim'), toggleUnread: $('toggle-unread'),
-  sessionFilter: $('session-filter'), notify: $('notify'), notifyOpt: $('notify-opt'),
+  sessionFilter: $('session-filter'), notify: $('notify'), notifyOpt: $('notify-opt'), sandbox: $('sandbox'),
 };
 
 const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/rpc?token=${encodeURIComponent(token)}`;
@@ -64,7 +64,9 @@ const {
   stashDraft, unstashDraft, setComposer, autosize, upload, renderComposer, draftKey,
 } = createComposer(el, { rpc, toast: (err) => toast(err) });
 
-const { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty, renderTitle } = createLayout(el, {
+const {
+  renderTabs, renderSidebar, renderHead, renderDock, renderEmpty, renderTitle, renderSandbox,
+} = createLayout(el, {
   openSession: (id) => openSession(id),
   selectProject,
   queueAction,
@@ -92,6 +94,8 @@ function onState(state, detail, initial) {
   renderConn();
   if (state === 'open') {
     hostInfo.strictPlanning = detail?.strictPlanning === true;
+    hostInfo.sandbox = detail?.sandbox ?? null;
+    renderSandbox();
     changesPanel.reconnected();
     contextLine.reconnected();
     markOnce('pidesk:connected');
@@ -840,6 +844,8 @@ el.file.addEventListener('change', () => {
   el.file.value = '';
 });
 el.newSession.addEventListener('click', () => newDraft(S.project ?? ''));
+// the badge's tooltip, for a screen without hover
+el.sandbox.addEventListener('click', () => { const info = sandboxInfo(hostInfo.sandbox); if (info) toast(info.text, 'info'); });
 el.sidebarToggle.addEventListener('click', () => setSidebar(!document.body.classList.contains('sidebar-open')));
 el.scrim.addEventListener('click', () => setSidebar(false));
 el.addProject.addEventListener('click', () => {

@@ -3,7 +3,7 @@
 // must be impossible to misread), the dock (permission cards, the queue) and the
 // empty state. Each render reads the page state and redraws its part whole.
 
-import { h, ago, basename, clip, mayDo, MODE_LABEL } from './util.js';
+import { h, ago, basename, clip, hostInfo, mayDo, sandboxInfo, MODE_LABEL } from './util.js';
 import { permissionCard, executionBadge } from './transcript.js';
 import { S, busy, currentSession, projects, sessionsIn, statusOf } from './state.js';
 
@@ -175,6 +175,18 @@ export function createLayout(el, act) {
     }
   });
 
+  // Which sandbox Bash runs in, from host.hello: calm when on, loud when off or broken.
+  function renderSandbox() {
+    const info = sandboxInfo(hostInfo.sandbox);
+    el.sandbox.hidden = !info;
+    if (!info) return;
+    el.sandbox.className = `sandbox-badge sandbox-${info.level}`;
+    el.sandbox.dataset.level = info.level;
+    el.sandbox.dataset.short = info.short;
+    el.sandbox.title = info.text;
+    el.sandbox.replaceChildren(h('span', { class: 'sandbox-mark', 'aria-hidden': 'true' }), h('span', { class: 'sandbox-label' }, info.label));
+  }
+
   function renderHead() {
     const s = currentSession();
     if (!s) {
@@ -262,5 +274,5 @@ export function createLayout(el, act) {
   }
 
 
-  return { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty, renderTitle };
+  return { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty, renderTitle, renderSandbox };
 }

@@ -358,6 +358,7 @@ export class Transcript {
       h('span', { class: 'tool-name' }, name),
       h('code', { class: 'tool-args' }, call ? shortArgs(name, call.args) : ''),
       code && h('span', { class: 'tool-code' }, code),
+      name === 'Bash' && call?.args?.escalate === true && h('span', { class: 'tool-outside', title: 'asked to run outside the sandbox' }, 'outside sandbox'),
       state === 'waiting' && h('span', { class: 'tool-wait' }, 'waiting for your permission'),
       h('span', { class: 'tool-dur', title: measured === undefined && ms !== undefined ? 'approximate, from message times' : 'duration' },
         ms !== undefined && finished ? `${measured === undefined ? '≈' : ''}${duration(ms)}` : ''));
@@ -683,6 +684,10 @@ function argumentsView(name, args) {
     return [label('File'), h('pre', { class: 'tool-path' }, a.path), label(a.replaceAll ? 'Replace every' : 'Replace'),
       text('tool-old', a.oldText), label('With'), text('tool-new', a.newText)];
   }
+  if (name === 'Bash' && typeof a.command === 'string' && a.escalate === true) {
+    return [label('Command, outside the sandbox'), text('tool-command', a.command),
+      label('The agent’s reason'), h('pre', { class: 'tool-why' }, justification(a) ?? '(no reason given)')];
+  }
   if (name === 'Bash' && typeof a.command === 'string') return [label('Command'), text('tool-command', a.command)];
   return [label('Arguments'), h('pre', { class: 'tool-fullargs' }, JSON.stringify(args, null, 2))];
 }
@@ -720,12 +725,31 @@ function unifiedDiff(diff) {
   }));
 }
 
-// A permission card for the dock: tool, arguments, and the three answers.
+// The model's reason for leaving the sandbox, as text (never HTML: the model wrote it).
+function justification(args) {
+  const why = typeof args.justification === 'string' ? args.justification.trim() : '';
+  return why ? clipText(why, 2000) : null;
+}
+
+// A permission card for the dock: tool, arguments, and the three answers. An escalated
+// Bash call (PermissionRequest.escalated: one command outside the sandbox) gets its own
+// red card that leads with the question and the model's reason.
 export function permissionCard(req, session, actions) {
   const contract = session && session.mode !== 'agent';
   const args = req.args || {};
+  const escalated = req.escalated === true;
   let shown;
-  if (req.tool === 'Bash') shown = h('pre', { class: 'perm-args' }, h('span', { class: 'prompt-sign' }, '$ '), args.command ?? '');
+  if (escalated) {
+    const why = justification(args);
+    shown = [
+      h('p', { class: 'perm-warn' }, 'The agent asks to run this ', h('strong', { class: 'perm-tool' }, req.tool),
+        ' command without the sandbox: it would have your full power — every file you can touch, the network, the host’s token.'),
+      h('div', { class: 'perm-why-label' }, 'The agent’s reason'),
+      h('blockquote', { class: `perm-why${why ? '' : ' perm-why-none'}` }, why ?? '(no reason given)'),
+      h('pre', { class: 'perm-args perm-command' }, h('span', { class: 'prompt-sign' }, '$ '), args.command ?? ''),
+      Number.isFinite(args.timeoutMs) && h('p', { class: 'muted small perm-timeout' }, `time limit ${duration(args.timeoutMs)}`),
+    ];
+  } else if (req.tool === 'Bash') shown = h('pre', { class: 'perm-args' }, h('span', { class: 'prompt-sign' }, '$ '), args.command ?? '');
   else if (req.preview?.diff) shown = [h('div', { class: 'perm-path' }, h('code', null, args.path), req.preview.overwrites && h('span', { class: 'perm-overwrites' }, ' overwrites the file')), unifiedDiff(req.preview.diff)];
   else if (req.tool === 'Write') shown = [h('div', { class: 'perm-path' }, h('code', null, args.path)), h('pre', { class: 'perm-args perm-content' }, clipText(args.content ?? '', 4000))];
   else if (req.tool === 'Edit') {
@@ -739,13 +763,23 @@ export function permissionCard(req, session, actions) {
     buttons.forEach((b) => { b.disabled = true; });
     try { await actions.resolvePermission(req, decision, remember); } finally { buttons.forEach((b) => { b.disabled = false; }); }
   };
-  return h('section', { class: 'card perm-card', dataset: { request: req.id }, role: 'alertdialog', 'aria-label': `Permission for ${req.tool}` },
-    h('header', { class: 'perm-head' }, h('span', { class: 'perm-icon', 'aria-hidden': 'true' }, '!'),
-      h('span', null, 'The agent wants to use ', h('strong', { class: 'perm-tool' }, req.tool))),
+  const head = escalated
+    ? h('header', { class: 'perm-head' }, h('span', { class: 'perm-icon', 'aria-hidden': 'true' }, '!'),
+      h('h3', { class: 'perm-title' }, 'Run outside the sandbox?'))
+    : h('header', { class: 'perm-head' }, h('span', { class: 'perm-icon', 'aria-hidden': 'true' }, '!'),
+      h('span', null, 'The agent wants to use ', h('strong', { class: 'perm-tool' }, req.tool)));
+  const sessionTitle = escalated
+    ? 'Allow commands outside the sandbox without asking for the rest of this session'
+    : `Allow ${req.tool} without asking for the rest of this session`;
+  return h('section', {
+    class: `card perm-card${escalated ? ' perm-escalated' : ''}`, dataset: { request: req.id }, role: 'alertdialog',
+    'aria-label': escalated ? 'Permission to run a command outside the sandbox' : `Permission for ${req.tool}`,
+  },
+    head,
     shown,
     h('div', { class: 'perm-actions' },
       h('button', { type: 'button', class: 'primary allow-once', onclick: answer('allow') }, 'Allow once'),
-      !contract && h('button', { type: 'button', class: 'allow-session', onclick: answer('allow', 'session'), title: `Allow ${req.tool} without asking for the rest of this session` }, 'Allow for this session'),
+      !contract && h('button', { type: 'button', class: 'allow-session', onclick: answer('allow', 'session'), title: sessionTitle }, 'Allow for this session'),
       h('button', { type: 'button', class: 'danger deny', onclick: answer('deny') }, 'Deny')),
     contract && h('p', { class: 'muted small' }, 'In Plan and Goal every shell command asks (unless permissions are auto); there is no session-wide allow.'));
 }

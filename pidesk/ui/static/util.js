@@ -126,15 +126,41 @@ export const CODE_TEXT = {
   PLAN_NOT_FOUND: 'The host does not know that approval.',
   NOT_FOUND: 'The host does not know that item.',
   DISCONNECTED: 'The connection to the host dropped; it reconnects by itself.',
+  SANDBOX_UNAVAILABLE: 'Bash runs in a sandbox on this host and the sandbox could not start, so the command never ran: install bubblewrap, or turn the sandbox off.',
+  BASH_ESCALATION_DENIED_IN_PLAN: 'Plan and Goal never run a command outside the sandbox.',
 };
 
 export function explain(code) {
   return CODE_TEXT[code] || '';
 }
 
+// What host.hello said about the host (set on every connect). ``sandbox``: PROTOCOL.md
+// "Turn-3 additions", {mode: 'bwrap'|'off', available, network, detail}; null from a host
+// that does not say.
+export const hostInfo = { strictPlanning: false, sandbox: null };
+
+// The header's word for the sandbox Bash runs in (``short``: on a narrow screen, beside the
+// shield), and what it means (its tooltip, and the toast a tap on it shows where there is no
+// hover). null: the host did not say.
+export function sandboxInfo(sb) {
+  if (!sb || typeof sb !== 'object') return null;
+  if (sb.mode === 'off') {
+    return {
+      level: 'off', label: 'sandbox off', short: 'off',
+      text: 'Sandbox off: Bash runs with your full power: it can read the host’s token and reach the network.',
+    };
+  }
+  if (!sb.available) {
+    const why = typeof sb.detail === 'string' && sb.detail ? sb.detail : 'the sandbox could not start';
+    return { level: 'unavailable', label: 'sandbox unavailable', short: 'error', text: `Every Bash command fails: ${why}` };
+  }
+  return {
+    level: 'on', label: 'sandboxed', short: '',
+    text: `Bash runs in a bubblewrap sandbox: writes only in the project, ${sb.network ? 'network on' : 'no network'}`,
+  };
+}
+
 // What the agent may do, in plain words, for a mode and permission mode.
-// What host.hello said about the host (set on every connect).
-export const hostInfo = { strictPlanning: false };
 
 export function mayDo(mode, permissionMode) {
   if (mode === 'agent') {
