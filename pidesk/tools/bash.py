@@ -54,18 +54,21 @@ from typing import Any, Final
 from pidesk.core.errors import Code
 from pidesk.tools.base import ToolFailure, ToolResult, optional_bool, optional_int, require_str
 from pidesk.tools.children import exit_code, watch_exit
-from pidesk.tools.sandbox import HOW_TO_FIX
+from pidesk.tools.sandbox import HOW_TO_FIX, SandboxInit
 from pidesk.tools.watchdog import GroupRecord, Guarded, guard, keep_guarded, release
 
 log = logging.getLogger("pidesk.tools.bash")
 
-Sandbox = Callable[[], list[str]]  # the argv prefix that confines one new shell (tools/sandbox.py)
+# The argv prefix that confines one new shell, given a descriptor bwrap reports its init on
+# (tools/sandbox.py: Bubblewrap.prefix, SandboxInit)
+Sandbox = Callable[[int], list[str]]
 
 MAX_TIMEOUT_MS: Final = 600_000
 _KILL_WAIT_S: Final = 2.0
 _EOF_WAIT_S: Final = 0.5
 _START_WAIT_S: Final = 10.0  # how long a cold shell's guard waits for bash to run (then it reads /proc anyway)
 _POLL_S: Final = 0.01
+_INIT_EXIT_S: Final = 1.0  # how long a sandbox's init is given to follow bash out (_sandbox_emptied)
 _EXIT_CHECK_S: Final = 1.0  # how often a running command's process is checked directly (_wait_exit)
 WARM_LIMIT: Final = 1024  # bytes of command (and its NUL) a spare shell is handed; longer ones start cold
 SPARE_MAX_AGE_S: Final = 60.0  # a spare older than this is replaced, never raced against its idle exit
@@ -178,7 +181,7 @@ class Bash:
         stopped = False
         try:
             timed_out = not await _wait_exit(group, collector, timeout_ms / 1000)
-            stopped = await _stop_group(group, self.kill_grace_ms / 1000)
+            stopped = await _sandbox_emptied(shell) or await _stop_group(group, self.kill_grace_ms / 1000)
             await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)
             await asyncio.wait({collector.eof}, timeout=_EOF_WAIT_S)
         except BaseException:
@@ -314,8 +317,8 @@ class Bash:
     def _spawn(self, argv: list[str]) -> _Shell:
         """A new shell running ``bash argv``, in the sandbox if there is one (``ToolFailure``
         ``SANDBOX_UNAVAILABLE`` if it cannot be built)."""
-        prefix = self.sandbox() if self.sandbox is not None else []
-        return _Shell([*prefix, self.bash, *argv], cwd=self.root, env=self.env, max_output=self.max_output)
+        return _Shell([self.bash, *argv], cwd=self.root, env=self.env, max_output=self.max_output,
+                      sandbox=self.sandbox)
 
 
 class _Shell:
@@ -328,27 +331,42 @@ class _Shell:
     cancelled when ``asyncio.run`` ends, so a spare shell being started then hung the process.
     Started here, a shell is never half-made, and its exit reaches the collector directly."""
 
-    def __init__(self, argv: list[str], *, cwd: Path, env: Mapping[str, str] | None, max_output: int) -> None:
+    def __init__(self, argv: list[str], *, cwd: Path, env: Mapping[str, str] | None, max_output: int,
+                 sandbox: Sandbox | None = None) -> None:
         self.collector = collector = _Collector(max_output)
+        # in a sandbox: its init, whose exit means nothing of the command runs any more
+        self.init = SandboxInit() if sandbox is not None else None
         self.guarded: Guarded | None = None
         self.guard_due = False  # a spare started but not yet guarded
         # Done once bash runs: at RUNNING_MARK, which both scripts (_WAIT_FOR_COMMAND, _RUN_WHEN_TOLD)
         # print before they read stdin, and which is not output.
         self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.returncode: int | None = None
+        try:
+            if sandbox is not None and self.init is not None:
+                argv = [*sandbox(self.init.info_fd), *argv]
+        except BaseException:
+            if self.init is not None:
+                self.init.abandon()
+            raise
         stdin, self.stdin = os.pipe()
         self.output, output = os.pipe()
         try:
             self._popen = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=output, stderr=output,
-                                           start_new_session=True)
+                                           start_new_session=True,
+                                           pass_fds=(self.init.info_fd,) if self.init is not None else ())
         except BaseException:
             os.close(self.stdin)
             os.close(self.output)
+            if self.init is not None:
+                self.init.abandon()
             raise
         finally:
             os.close(stdin)
             os.close(output)
         self.pid = self._popen.pid
+        if self.init is not None:
+            self.init.started(self.pid)
         loop = asyncio.get_running_loop()
         os.set_blocking(self.output, False)
         loop.add_reader(self.output, self._read)
@@ -485,6 +503,17 @@ def _exit_status(pid: int) -> int | None:
     if info is None:
         return None
     return exit_code(info)
+
+
+async def _sandbox_emptied(shell: _Shell) -> bool:
+    """Whether the shell's sandbox has emptied (its init exited): bwrap's init follows bash within a
+    few ms, and takes every process the command left with it. False when there is no sandbox, it
+    cannot be watched, or it has not emptied within ``_INIT_EXIT_S`` (a command that timed out: its
+    bash still runs) — the group is then stopped and looked for as without a sandbox."""
+    if shell.init is None or shell.returncode is None:
+        return False
+    done, _ = await asyncio.wait({shell.init.gone}, timeout=_INIT_EXIT_S)
+    return bool(done) and not shell.init.gone.cancelled() and shell.init.gone.result()
 
 
 async def _stop_group(group: int, grace_s: float) -> bool:

@@ -38,6 +38,8 @@ saying how to install it or turn the sandbox off; the command never runs unconfi
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -74,12 +76,13 @@ class SandboxPolicy:
 
 def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, protected: Sequence[Path] = (),
                hidden_dirs: Sequence[Path] = (), hidden_files: Sequence[Path] = (),
-               under_tmp: Sequence[Path] = (), disable_userns: bool = True) -> list[str]:
+               under_tmp: Sequence[Path] = (), disable_userns: bool = True, info_fd: int | None = None) -> list[str]:
     """The bwrap command line (up to and including ``--``) that confines a command to ``policy``.
 
     ``protected`` are the read-only paths inside the root, ``hidden_dirs`` and ``hidden_files`` the
     policy's hidden paths by kind, ``under_tmp`` read-only paths the private /tmp would otherwise hide
-    (the repository a root under /tmp lies in), as they exist now (``Bubblewrap`` looks). Later mounts
+    (the repository a root under /tmp lies in), as they exist now (``Bubblewrap`` looks); ``info_fd``
+    a descriptor bwrap writes its sandbox's init pid to (``SandboxInit``). Later mounts
     win, so the order is the design: read-only everything, a private /tmp, what of the real /tmp stays
     visible, the writable paths, the hidden ones over them, the writable paths inside those again,
     then the read-only carve-outs."""
@@ -87,6 +90,8 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, protected: Sequence[Path] =
             "--cap-drop", "ALL", "--die-with-parent"]
     if policy.network:
         argv.append("--share-net")
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", str(TMP)]
     for path in under_tmp:
         argv += ["--ro-bind", str(path), str(path)]
@@ -172,7 +177,7 @@ class Bubblewrap:
         self.policy = policy
         self.search_path = search_path
 
-    def prefix(self) -> list[str]:
+    def prefix(self, info_fd: int | None = None) -> list[str]:
         bwrap = find_bwrap(self.search_path)
         if bwrap is None:
             raise ToolFailure(Code.SANDBOX_UNAVAILABLE,
@@ -185,8 +190,88 @@ class Bubblewrap:
             hidden_dirs=[path for path in hidden if path.is_dir()],
             hidden_files=[path for path in hidden if not path.is_dir()],
             under_tmp=[repository] if repository is not None else [],
-            disable_userns=_has_disable_userns(bwrap),
+            disable_userns=_has_disable_userns(bwrap), info_fd=info_fd,
         )
+
+
+class SandboxInit:
+    """A sandbox's first process (pid 1 of its pid namespace), watched through bwrap's ``--info-fd``.
+
+    ``gone`` becomes True once it has exited: the kernel has then killed and reaped every other
+    process of the namespace (the command's, however detached), so the caller knows the sandbox
+    empty without scanning /proc (~1.5 ms a call here, and a 10 ms poll when the teardown was still
+    under way). False when it cannot be watched (bwrap did not start, an old kernel): the caller
+    then looks for itself. Make one before starting bwrap with ``info_fd``; ``started(group)``
+    after, in the same turn of the event loop."""
+
+    def __init__(self) -> None:
+        self.gone: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._read_end, self.info_fd = os.pipe()
+        self._info = bytearray()
+
+    def started(self, group: int) -> None:
+        """bwrap runs (as leader of ``group``): read what it writes; our copy of its end is closed."""
+        self._group = group
+        self.close_info_fd()
+        os.set_blocking(self._read_end, False)
+        asyncio.get_running_loop().add_reader(self._read_end, self._read)
+
+    def close_info_fd(self) -> None:
+        if self.info_fd >= 0:
+            os.close(self.info_fd)
+            self.info_fd = -1
+
+    def abandon(self) -> None:
+        """bwrap never started: close both ends."""
+        self.close_info_fd()
+        os.close(self._read_end)
+        self.gone.cancel()
+
+    def _read(self) -> None:
+        try:
+            chunk = os.read(self._read_end, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk and len(self._info) < 65536:
+            self._info += chunk
+            return
+        asyncio.get_running_loop().remove_reader(self._read_end)
+        os.close(self._read_end)
+        self._watch()
+
+    def _watch(self) -> None:
+        try:
+            pid = int(json.loads(self._info)["child-pid"])
+            pidfd = os.pidfd_open(pid)
+        except (ValueError, KeyError, TypeError, AttributeError, OSError):
+            self._resolve(False)  # (ESRCH: gone already, but perhaps not the process we meant)
+            return
+        if _group_of(pid) != self._group:  # (reaped and its pid reused before we looked: not ours)
+            os.close(pidfd)
+            self._resolve(False)
+            return
+        loop = asyncio.get_running_loop()
+
+        def exited() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            self._resolve(True)
+
+        loop.add_reader(pidfd, exited)
+
+    def _resolve(self, gone: bool) -> None:
+        if not self.gone.done():
+            self.gone.set_result(gone)
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return int(file.read().rsplit(b")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def find_bwrap(search_path: str | None = None) -> str | None:
