@@ -22,7 +22,7 @@ from pidesk.providers.base import Provider
 from pidesk.runtime.gate import StepGate
 from pidesk.store import Store, repo
 from pidesk.tools import Tool, make_workspace_tools
-from pidesk.tools.bash import Sandbox
+from pidesk.tools.sandbox_server import Sandbox
 
 
 class StoreThreads(ThreadPoolExecutor):

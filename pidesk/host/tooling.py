@@ -29,6 +29,7 @@ from pidesk.host.parts import Parts
 from pidesk.tools import TOOL_SPECS, Bash, Tool, close_tools, make_bash_tool
 from pidesk.tools.specs import bash_spec
 from pidesk.tools.sandbox import Bubblewrap, SandboxPolicy, SandboxStatus, probe
+from pidesk.tools.sandbox_server import Sandbox
 
 
 def sandbox_policy(config: HostConfig, root: Path, data_dir: Path, *, read_only_root: bool = False) -> SandboxPolicy:
@@ -94,15 +95,14 @@ class TurnTools:
 
     def _workspace(self) -> dict[str, Tool]:
         if self._tools is None:
-            sandbox = sandbox_for(self.p, self.root) if self.p.config.sandbox.enabled else None
-            self._tools = self.p.workspace_tools(self.root, sandbox.prefix if sandbox is not None else None)
+            sandbox = Sandbox(sandbox_for(self.p, self.root)) if self.p.config.sandbox.enabled else None
+            self._tools = self.p.workspace_tools(self.root, sandbox)
         return self._tools
 
     def _shell(self, kind: str) -> Bash:
         bash = self._shells.get(kind)
         if bash is None:
-            sandbox = sandbox_for(self.p, self.root, read_only_root=True) if kind == "read-only" else None
+            sandbox = Sandbox(sandbox_for(self.p, self.root, read_only_root=True)) if kind == "read-only" else None
             bash = self._shells[kind] = make_bash_tool(
-                self.root, env=self.p.config.tool_env, sandbox=sandbox.prefix if sandbox is not None else None,
-                process_groups=self.p.store.process_groups)
+                self.root, env=self.p.config.tool_env, sandbox=sandbox, process_groups=self.p.store.process_groups)
         return bash

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pidesk.tools.base import Tool, ToolFailure, ToolResult, run_tool
-from pidesk.tools.bash import Bash, Sandbox, make_bash_tool
+from pidesk.tools.bash import Bash, make_bash_tool
 from pidesk.tools.browser import make_browser_preview_tool
 from pidesk.tools.files import (
     make_edit_tool,
@@ -21,6 +21,7 @@ from pidesk.tools.files import (
     make_read_tool,
     make_write_tool,
 )
+from pidesk.tools.sandbox_server import Sandbox
 from pidesk.tools.specs import TOOL_SPECS
 from pidesk.tools.watchdog import GroupRecord
 from pidesk.tools.workspace import PATH_TOOLS, check_paths, guard, resolve

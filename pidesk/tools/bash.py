@@ -2,10 +2,10 @@
 
 Each call runs in a new process, started cold (``bash -c``) or ahead of time as a
 spare (``Bash`` below): either way nothing of one call's shell state reaches the next.
-A tool given a ``sandbox`` starts every shell, spares included, inside it
-(``tools/sandbox.py``); a sandbox that cannot start fails the call with
-``SANDBOX_UNAVAILABLE`` and the command never runs. The spare hides the sandbox's
-start (~6 ms here) from all but a turn's first call.
+A tool given a ``sandbox`` starts every shell, spares included, inside it: forked
+by the sandbox's own process (``tools/sandbox_server.py``), which starts with the
+turn's first call; a sandbox that cannot start fails the call with
+``SANDBOX_UNAVAILABLE`` and the command never runs.
 
 Invariant: nothing a call starts outlives the call. The command runs as the
 leader of a new session (so its process group holds every descendant that does
@@ -46,6 +46,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
@@ -54,25 +55,22 @@ from typing import Any, Final
 from pidesk.core.errors import Code
 from pidesk.tools.base import ToolFailure, ToolResult, optional_bool, optional_int, require_str
 from pidesk.tools.children import exit_code, watch_exit
-from pidesk.tools.sandbox import HOW_TO_FIX, SandboxInit
+from pidesk.tools.sandbox_server import Sandbox, SandboxServer
 from pidesk.tools.watchdog import GroupRecord, Guarded, guard, keep_guarded, release
 
 log = logging.getLogger("pidesk.tools.bash")
 
-# The argv prefix that confines one new shell, given a descriptor bwrap reports its init on
-# (tools/sandbox.py: Bubblewrap.prefix, SandboxInit)
-Sandbox = Callable[[int], list[str]]
 
 MAX_TIMEOUT_MS: Final = 600_000
 _KILL_WAIT_S: Final = 2.0
 _EOF_WAIT_S: Final = 0.5
 _START_WAIT_S: Final = 10.0  # how long a cold shell's guard waits for bash to run (then it reads /proc anyway)
 _POLL_S: Final = 0.01
-_INIT_EXIT_S: Final = 1.0  # how long a sandbox's init is given to follow bash out (_sandbox_emptied)
 _EXIT_CHECK_S: Final = 1.0  # how often a running command's process is checked directly (_wait_exit)
 WARM_LIMIT: Final = 1024  # bytes of command (and its NUL) a spare shell is handed; longer ones start cold
 SPARE_MAX_AGE_S: Final = 60.0  # a spare older than this is replaced, never raced against its idle exit
 SPARE_IDLE_S: Final = 120  # a spare nobody hands a command exits by itself after this
+MAX_SPARES: Final = 2  # spares kept ready when calls come faster than a shell starts (Bash, below)
 
 
 class _Collector:
@@ -124,8 +122,8 @@ def make_bash_tool(
     process_groups: GroupRecord | None = None,
 ) -> Bash:
     """``env`` replaces the inherited environment (the host passes an allowlist of its own,
-    ``config.command_environment``); ``None`` inherits the host's. ``sandbox`` gives the
-    argv prefix that confines each new shell (``tools/sandbox.py``: ``Bubblewrap.prefix``);
+    ``config.command_environment``); ``None`` inherits the host's. ``sandbox`` is where
+    each shell starts (``tools/sandbox_server.py``; the tool closes it in ``aclose``);
     ``None`` runs commands unconfined. ``process_groups`` is the store's durable record of
     running groups, which boot kills (a host passes its store's; without one only the
     watchdog guards them)."""
@@ -147,6 +145,10 @@ class Bash:
     command in its argv, as ``bash -c`` has it).
     A spare nobody uses exits by itself after ``SPARE_IDLE_S`` or when the host
     goes away (its stdin closes), and ``aclose()`` kills it at once.
+
+    One spare is kept ready; two, once a call took one that had not started yet (calls
+    coming faster than a shell starts: a model answering at once),
+    so that each spare has two calls' time to get ready.
     """
 
     def __init__(self, root: Path, *, default_timeout_ms: int, max_output: int, kill_grace_ms: int,
@@ -161,9 +163,15 @@ class Bash:
         self.sandbox = sandbox
         self.process_groups = process_groups
         self.bash = shutil.which("bash") or "/bin/bash"
-        self._spare: asyncio.Future[_Shell] | None = None  # the next call's shell, maybe still starting
-        self._spare_born = 0.0
+        # the next calls' shells, oldest first, each maybe still starting, with when it was asked for
+        self._spares: deque[tuple[asyncio.Future[_Shell], float]] = deque()
+        self._depth = 1  # how many spares to keep ready (MAX_SPARES once calls came faster than they start)
         self._closed = False
+
+    @property
+    def next_spare(self) -> asyncio.Future[_Shell] | None:
+        """The shell the next call will take, maybe still starting; None if there is none."""
+        return self._spares[0][0] if self._spares else None
 
     async def __call__(self, args: dict[str, Any]) -> ToolResult:
         command = require_str(args, "Bash", "command")
@@ -180,8 +188,8 @@ class Bash:
         group, collector = shell.pid, shell.collector
         stopped = False
         try:
-            timed_out = not await _wait_exit(group, collector, timeout_ms / 1000)
-            stopped = await _sandbox_emptied(shell) or await _stop_group(group, self.kill_grace_ms / 1000)
+            timed_out = not await _wait_exit(group, collector, timeout_ms / 1000, ours=shell.server is None)
+            stopped = await _stop_group(group, self.kill_grace_ms / 1000)
             await asyncio.wait({collector.exited}, timeout=_KILL_WAIT_S)
             await asyncio.wait({collector.eof}, timeout=_EOF_WAIT_S)
         except BaseException:
@@ -198,9 +206,6 @@ class Bash:
         # the result and the model's next answer.
         self._start_spare()
         output = collector.text()
-        if self.sandbox is not None and not shell.running.done() and not timed_out:
-            return ToolResult.error(Code.SANDBOX_UNAVAILABLE, f"the sandbox could not start, so the command did "
-                                                              f"not run: {output}\nTo fix: {HOW_TO_FIX}")
         if not collector.eof.done():
             output += "\n[stopped reading: a detached process still holds the output open]"
         if timed_out:
@@ -216,15 +221,20 @@ class Bash:
         return ToolResult(ok=code == 0, output=f"{output}\n[exit code {code}]")
 
     async def aclose(self) -> None:
-        """Kill the spare shell and return once it has exited (bounded); no spare is started after this."""
+        """Kill the spare shells and return once they have exited (bounded), and end the sandbox; no spare
+        is started after this."""
         self._closed = True
-        spare, self._spare = self._spare, None
-        if spare is None:
-            return
-        spare.cancel()  # (not started yet: it never will be)
-        self._discard(spare)
-        if not spare.cancelled() and spare.exception() is None:
-            await asyncio.wait({spare.result().collector.exited}, timeout=_KILL_WAIT_S)
+        exits = set()
+        while self._spares:
+            spare, _ = self._spares.popleft()
+            spare.cancel()  # (not started yet: it never will be)
+            self._discard(spare)
+            if not spare.cancelled() and spare.exception() is None:
+                exits.add(spare.result().collector.exited)
+        if exits:
+            await asyncio.wait(exits, timeout=_KILL_WAIT_S)
+        if self.sandbox is not None:
+            await self.sandbox.aclose()
 
     async def _start(self, command: str) -> _Shell:
         """The command running: in the spare shell if there is a fresh one (guarded since it started),
@@ -236,8 +246,9 @@ class Bash:
             keep_guarded(shell.guarded)  # (guarded by now: _take_spare sees to it)
         else:
             data = b"\n"  # the go-ahead: the command is in the argv
+            server = await self.sandbox.ready() if self.sandbox is not None else None  # (ToolFailure if it cannot)
             try:
-                shell = self._spawn(["-c", _RUN_WHEN_TOLD, self.bash, command])
+                shell = self._spawn(["-c", _RUN_WHEN_TOLD, self.bash, command], server)
             except OSError as exc:
                 raise ToolFailure(None, f"Bash: cannot start {self.bash} in {self.root}: {exc}") from None
             try:  # (a shell that could not start, a sandbox that failed: its exit, and the guard finds it gone)
@@ -256,12 +267,12 @@ class Bash:
         return shell
 
     def _start_spare(self) -> None:
-        """Start the next call's shell (once this call has returned), unless there is one or no call
-        will come."""
-        if self._spare is None and not self._closed:
-            loop = asyncio.get_running_loop()
-            self._spare = spare = loop.create_future()
-            self._spare_born = loop.time()
+        """Start the next calls' shells (once this call has returned) up to the spares kept ready,
+        unless no call will come."""
+        loop = asyncio.get_running_loop()
+        while len(self._spares) < self._depth and not self._closed:
+            spare: asyncio.Future[_Shell] = loop.create_future()
+            self._spares.append((spare, loop.time()))
             loop.call_soon(self._spawn_spare, spare)
 
     def _spawn_spare(self, spare: asyncio.Future[_Shell]) -> None:
@@ -272,9 +283,13 @@ class Bash:
         shell, which reports why."""
         if spare.done():  # taken or closed before it started
             return
+        server = self.sandbox.current() if self.sandbox is not None else None
+        if self.sandbox is not None and server is None:  # (none runs, or not as the policy now asks)
+            spare.set_exception(ConnectionError("no sandbox to start a spare in: the next call starts one"))
+            return
         try:
-            shell = self._spawn(["-c", _WAIT_FOR_COMMAND])
-        except (OSError, ToolFailure) as exc:
+            shell = self._spawn(["-c", _WAIT_FOR_COMMAND], server)
+        except OSError as exc:
             spare.set_exception(exc)
             return
         shell.guard_due = True
@@ -292,16 +307,22 @@ class Bash:
         return True
 
     def _take_spare(self) -> _Shell | None:
-        spare, self._spare = self._spare, None
-        if spare is None:
+        if not self._spares:
             return None
+        spare, born = self._spares.popleft()
         spare.cancel()  # (not started yet: the call starts a cold shell rather than wait a turn of the loop)
         if spare.cancelled() or spare.exception() is not None:
+            self._depth = MAX_SPARES if spare.cancelled() else self._depth  # (asked for too late to start)
             return None
-        if asyncio.get_running_loop().time() - self._spare_born > SPARE_MAX_AGE_S:
+        if asyncio.get_running_loop().time() - born > SPARE_MAX_AGE_S:
             self._discard(spare)
             return None
         shell = spare.result()
+        if not shell.running.done():  # taken before it ran: calls come faster than a shell starts
+            self._depth = MAX_SPARES
+        if shell.server is not None and (shell.server.retired or not shell.server.alive):
+            _retire(shell, self.process_groups)  # its sandbox is ending (no longer what the policy asks)
+            return None
         # killed meanwhile: start afresh; not running yet, or its guard failed: guarded now (or never used)
         if shell.returncode is not None or not self._guard_spare(shell):
             _retire(shell, self.process_groups)
@@ -314,11 +335,9 @@ class Bash:
             return
         _retire(spare.result(), self.process_groups)
 
-    def _spawn(self, argv: list[str]) -> _Shell:
-        """A new shell running ``bash argv``, in the sandbox if there is one (``ToolFailure``
-        ``SANDBOX_UNAVAILABLE`` if it cannot be built)."""
-        return _Shell([self.bash, *argv], cwd=self.root, env=self.env, max_output=self.max_output,
-                      sandbox=self.sandbox)
+    def _spawn(self, argv: list[str], server: SandboxServer | None) -> _Shell:
+        """A new shell running ``bash argv``: forked in ``server``'s sandbox, or started here."""
+        return _Shell([self.bash, *argv], cwd=self.root, env=self.env, max_output=self.max_output, server=server)
 
 
 class _Shell:
@@ -332,44 +351,37 @@ class _Shell:
     Started here, a shell is never half-made, and its exit reaches the collector directly."""
 
     def __init__(self, argv: list[str], *, cwd: Path, env: Mapping[str, str] | None, max_output: int,
-                 sandbox: Sandbox | None = None) -> None:
+                 server: SandboxServer | None = None) -> None:
         self.collector = collector = _Collector(max_output)
-        # in a sandbox: its init, whose exit means nothing of the command runs any more
-        self.init = SandboxInit() if sandbox is not None else None
+        self.server = server  # the sandbox it was forked in (which reaps it and reports its exit), if any
         self.guarded: Guarded | None = None
         self.guard_due = False  # a spare started but not yet guarded
         # Done once bash runs: at RUNNING_MARK, which both scripts (_WAIT_FOR_COMMAND, _RUN_WHEN_TOLD)
         # print before they read stdin, and which is not output.
         self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.returncode: int | None = None
-        try:
-            if sandbox is not None and self.init is not None:
-                argv = [*sandbox(self.init.info_fd), *argv]
-        except BaseException:
-            if self.init is not None:
-                self.init.abandon()
-            raise
+        self._popen: subprocess.Popen[bytes] | None = None
         stdin, self.stdin = os.pipe()
         self.output, output = os.pipe()
         try:
-            self._popen = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=output, stderr=output,
-                                           start_new_session=True,
-                                           pass_fds=(self.init.info_fd,) if self.init is not None else ())
+            if server is not None:
+                self.pid = server.spawn(argv, os.environ if env is None else env, cwd, stdin, output, self._exited)
+            else:
+                self._popen = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=output, stderr=output,
+                                               start_new_session=True)
+                self.pid = self._popen.pid
         except BaseException:
             os.close(self.stdin)
             os.close(self.output)
-            if self.init is not None:
-                self.init.abandon()
             raise
         finally:
             os.close(stdin)
             os.close(output)
-        self.pid = self._popen.pid
-        if self.init is not None:
-            self.init.started(self.pid)
         loop = asyncio.get_running_loop()
         os.set_blocking(self.output, False)
         loop.add_reader(self.output, self._read)
+        if self._popen is None:
+            return  # (its exit comes from the sandbox, which reaps it)
         try:
             watch_exit(self.pid, self._exited)
         except OSError:  # (out of file descriptors): it has run nothing; stop it here
@@ -419,7 +431,9 @@ class _Shell:
         self.collector.add(data)
 
     def _exited(self, returncode: int) -> None:
-        self.returncode = self._popen.returncode = returncode  # (reaped: Popen must not wait for it again)
+        self.returncode = returncode
+        if self._popen is not None:
+            self._popen.returncode = returncode  # (reaped: Popen must not wait for it again)
         self.collector.process_exited()
 
 
@@ -459,7 +473,7 @@ def _retire(shell: _Shell, record: GroupRecord | None) -> None:
         shell.collector.exited.add_done_callback(gone)
 
 
-async def _wait_exit(pid: int, collector: _Collector, timeout: float) -> bool:
+async def _wait_exit(pid: int, collector: _Collector, timeout: float, *, ours: bool = True) -> bool:
     """Wait, at most ``timeout`` seconds, for bash to exit; False if it is still running.
 
     The exit normally arrives from ``watch_exit``. Under the load soak's process churn, Python
@@ -468,7 +482,8 @@ async def _wait_exit(pid: int, collector: _Collector, timeout: float) -> bool:
     Bash timeout. A pidfd cannot confuse two processes that way, but a lost exit must still
     never cost a timeout, so every ``_EXIT_CHECK_S`` the process is also looked at directly,
     without reaping it; one found exited twice in a row and still unreported counts as
-    exited, with its own status, and is reaped here.
+    exited, with its own status, and is reaped here. Not ``ours`` (a shell a sandbox forked and
+    reaps): its exit is the sandbox's to report, and a sandbox that ends reports every shell's.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -477,6 +492,8 @@ async def _wait_exit(pid: int, collector: _Collector, timeout: float) -> bool:
         done, _ = await asyncio.wait({collector.exited}, timeout=min(left, _EXIT_CHECK_S))
         if done:
             return True
+        if not ours:
+            continue
         status = _exit_status(pid)
         if status is None:
             seen_exited = False
@@ -503,17 +520,6 @@ def _exit_status(pid: int) -> int | None:
     if info is None:
         return None
     return exit_code(info)
-
-
-async def _sandbox_emptied(shell: _Shell) -> bool:
-    """Whether the shell's sandbox has emptied (its init exited): bwrap's init follows bash within a
-    few ms, and takes every process the command left with it. False when there is no sandbox, it
-    cannot be watched, or it has not emptied within ``_INIT_EXIT_S`` (a command that timed out: its
-    bash still runs) — the group is then stopped and looked for as without a sandbox."""
-    if shell.init is None or shell.returncode is None:
-        return False
-    done, _ = await asyncio.wait({shell.init.gone}, timeout=_INIT_EXIT_S)
-    return bool(done) and not shell.init.gone.cancelled() and shell.init.gone.result()
 
 
 async def _stop_group(group: int, grace_s: float) -> bool:

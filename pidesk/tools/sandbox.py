@@ -38,11 +38,10 @@ saying how to install it or turn the sandbox off; the command never runs unconfi
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,13 +75,13 @@ class SandboxPolicy:
 
 def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, protected: Sequence[Path] = (),
                hidden_dirs: Sequence[Path] = (), hidden_files: Sequence[Path] = (),
-               under_tmp: Sequence[Path] = (), disable_userns: bool = True, info_fd: int | None = None) -> list[str]:
+               under_tmp: Sequence[Path] = (), disable_userns: bool = True) -> list[str]:
     """The bwrap command line (up to and including ``--``) that confines a command to ``policy``.
 
     ``protected`` are the read-only paths inside the root, ``hidden_dirs`` and ``hidden_files`` the
     policy's hidden paths by kind, ``under_tmp`` read-only paths the private /tmp would otherwise hide
-    (the repository a root under /tmp lies in), as they exist now (``Bubblewrap`` looks); ``info_fd``
-    a descriptor bwrap writes its sandbox's init pid to (``SandboxInit``). Later mounts
+    (the repository a root under /tmp lies in, the interpreter ``sandboxd`` runs on), as they exist now
+    (``Bubblewrap`` looks). Later mounts
     win, so the order is the design: read-only everything, a private /tmp, what of the real /tmp stays
     visible, the writable paths, the hidden ones over them, the writable paths inside those again,
     then the read-only carve-outs."""
@@ -90,8 +89,6 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, protected: Sequence[Path] =
             "--cap-drop", "ALL", "--die-with-parent"]
     if policy.network:
         argv.append("--share-net")
-    if info_fd is not None:
-        argv += ["--info-fd", str(info_fd)]
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", str(TMP)]
     for path in under_tmp:
         argv += ["--ro-bind", str(path), str(path)]
@@ -126,6 +123,13 @@ def protected_paths(root: Path) -> list[Path]:
         for module in _modules(git / "modules"):
             found += [module / "hooks", module / "config"]
     return found
+
+
+def _interpreter_under_tmp() -> list[Path]:
+    """What ``sandboxd`` runs on (this Python, its standard library, pidesk's tools) where the private
+    /tmp would hide it: a checkout or a virtual environment under /tmp."""
+    needed = {Path(os.path.realpath(sys.executable)).parent, Path(sys.base_prefix), Path(__file__).parent}
+    return sorted(path for path in needed if path.is_relative_to(TMP))
 
 
 def repository_under_tmp(root: Path) -> Path | None:
@@ -168,17 +172,18 @@ def _modules(top: Path) -> Iterator[Path]:
 
 
 class Bubblewrap:
-    """The sandbox of one kind of shell: ``prefix()`` is the argv to start each new shell with.
-
-    Recomputed per shell: a ``.git`` the previous command made is protected in the next one.
-    ``search_path`` is the PATH bwrap is looked for on (the commands' own; None: the host's)."""
+    """The sandbox of one kind of shell: ``prefix()`` is the bwrap argv to start it with, as the policy
+    asks now: a ``.git`` a command made is protected from the next sandbox on (``tools/sandbox_server.py``
+    starts a new one when the argv changes). ``search_path`` is the PATH bwrap is looked for on (the
+    commands' own; None: the host's); once found, it is kept."""
 
     def __init__(self, policy: SandboxPolicy, search_path: str | None = None) -> None:
         self.policy = policy
         self.search_path = search_path
+        self._bwrap: str | None = None
 
-    def prefix(self, info_fd: int | None = None) -> list[str]:
-        bwrap = find_bwrap(self.search_path)
+    def prefix(self) -> list[str]:
+        bwrap = self._bwrap = self._bwrap or find_bwrap(self.search_path)
         if bwrap is None:
             raise ToolFailure(Code.SANDBOX_UNAVAILABLE,
                               f"Bash runs in a sandbox, and bubblewrap (bwrap) is not installed: {HOW_TO_FIX}")
@@ -189,89 +194,12 @@ class Bubblewrap:
             protected=() if self.policy.read_only_root else protected_paths(self.policy.root),
             hidden_dirs=[path for path in hidden if path.is_dir()],
             hidden_files=[path for path in hidden if not path.is_dir()],
-            under_tmp=[repository] if repository is not None else [],
-            disable_userns=_has_disable_userns(bwrap), info_fd=info_fd,
+            under_tmp=[*([repository] if repository is not None else []), *INTERPRETER_UNDER_TMP],
+            disable_userns=_has_disable_userns(bwrap),
         )
 
 
-class SandboxInit:
-    """A sandbox's first process (pid 1 of its pid namespace), watched through bwrap's ``--info-fd``.
-
-    ``gone`` becomes True once it has exited: the kernel has then killed and reaped every other
-    process of the namespace (the command's, however detached), so the caller knows the sandbox
-    empty without scanning /proc (~1.5 ms a call here, and a 10 ms poll when the teardown was still
-    under way). False when it cannot be watched (bwrap did not start, an old kernel): the caller
-    then looks for itself. Make one before starting bwrap with ``info_fd``; ``started(group)``
-    after, in the same turn of the event loop."""
-
-    def __init__(self) -> None:
-        self.gone: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._read_end, self.info_fd = os.pipe()
-        self._info = bytearray()
-
-    def started(self, group: int) -> None:
-        """bwrap runs (as leader of ``group``): read what it writes; our copy of its end is closed."""
-        self._group = group
-        self.close_info_fd()
-        os.set_blocking(self._read_end, False)
-        asyncio.get_running_loop().add_reader(self._read_end, self._read)
-
-    def close_info_fd(self) -> None:
-        if self.info_fd >= 0:
-            os.close(self.info_fd)
-            self.info_fd = -1
-
-    def abandon(self) -> None:
-        """bwrap never started: close both ends."""
-        self.close_info_fd()
-        os.close(self._read_end)
-        self.gone.cancel()
-
-    def _read(self) -> None:
-        try:
-            chunk = os.read(self._read_end, 4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if chunk and len(self._info) < 65536:
-            self._info += chunk
-            return
-        asyncio.get_running_loop().remove_reader(self._read_end)
-        os.close(self._read_end)
-        self._watch()
-
-    def _watch(self) -> None:
-        try:
-            pid = int(json.loads(self._info)["child-pid"])
-            pidfd = os.pidfd_open(pid)
-        except (ValueError, KeyError, TypeError, AttributeError, OSError):
-            self._resolve(False)  # (ESRCH: gone already, but perhaps not the process we meant)
-            return
-        if _group_of(pid) != self._group:  # (reaped and its pid reused before we looked: not ours)
-            os.close(pidfd)
-            self._resolve(False)
-            return
-        loop = asyncio.get_running_loop()
-
-        def exited() -> None:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
-            self._resolve(True)
-
-        loop.add_reader(pidfd, exited)
-
-    def _resolve(self, gone: bool) -> None:
-        if not self.gone.done():
-            self.gone.set_result(gone)
-
-
-def _group_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            return int(file.read().rsplit(b")", 1)[1].split()[2])
-    except (OSError, IndexError, ValueError):
-        return None
+INTERPRETER_UNDER_TMP: Final = _interpreter_under_tmp()
 
 
 def find_bwrap(search_path: str | None = None) -> str | None:

@@ -7,6 +7,7 @@ set of names equals ``core.policy.BUILTIN_TOOLS`` (a test keeps them equal).
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, Final
 
 
@@ -37,6 +38,7 @@ _CONTRACT: Final = {
     "question": _string("The question the user answers by approving or rejecting."),
 }
 
+@cache  # (one value per host: a provider's request body is built from the same dict every time)
 def bash_spec(*, sandboxed: bool = True, network: bool = False, read_only: bool = False,
               may_escalate: bool = True) -> dict[str, Any]:
     """Bash as the host runs it: in its sandbox or not; with the network or not; the root read-only

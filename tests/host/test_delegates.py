@@ -72,7 +72,7 @@ async def test_rule17_a_parent_provider_error_aborts_leftover_delegates_and_retu
     provider.enqueue(f"{s['id']}/task_1", tool("Bash", command="exec sleep 60.0128"))
     turn = await prompt(host, s["id"])
     await sub.wait_for(lambda e: isinstance(e, ev.ToolStarted) and e.name == "Bash")
-    pid = await process_running("sleep 60.0128")
+    pid = await process_running("sleep\x0060.0128")
     provider.release("parent")
     end = await ended(sub, turn["turnId"])
     assert not alive(pid)

@@ -118,7 +118,7 @@ async def test_abort_kills_a_running_bash_before_it_is_acknowledged(host, provid
     provider.enqueue(s["id"], tool("Bash", command="exec sleep 60.0128"))
     await prompt(host, s["id"])
     await sub.wait_for(lambda e: isinstance(e, ev.ToolStarted))
-    pid = await process_running("sleep 60.0128")
+    pid = await process_running("sleep\x0060.0128")
     assert (await host.call("agent.abort", {"sessionId": s["id"]}))["aborted"] is True
     assert not alive(pid)
     assert tool_results((await state(host, s["id"]))["messages"], "Bash")[0]["errorCode"] == "TOOL_ABORTED"

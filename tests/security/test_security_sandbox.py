@@ -235,9 +235,9 @@ async def test_no_network_unless_the_config_says_so(make_host, provider, project
 # ---- processes -------------------------------------------------------------------------------------
 
 
-async def test_nothing_a_command_starts_outlives_its_call_not_even_what_detaches(make_host, provider, project):
-    """Outside a sandbox, ``setsid cmd &`` escaped the call's process group on purpose; inside one,
-    everything dies with the sandbox when the command ends."""
+async def test_nothing_a_command_starts_outlives_its_turn_not_even_what_detaches(make_host, provider, project):
+    """Outside a sandbox, ``setsid cmd &`` escaped the call's process group on purpose and ran on; inside
+    one, it dies with the sandbox, which ends with the turn."""
     host = make_host()
     s = await session(host, project, permissionMode="auto")
     result = await bash(host, provider, s["id"], "setsid sleep 91.0371 >/dev/null 2>&1 </dev/null & echo started")

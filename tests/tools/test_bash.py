@@ -210,8 +210,8 @@ async def test_a_spare_is_guarded_before_its_command_and_its_running_mark_is_nev
     tool = _make_bash_tool(root, process_groups=record)
     try:
         await tool({"command": "true"})
-        assert tool._spare is not None
-        spare = await tool._spare
+        assert tool.next_spare is not None
+        spare = await tool.next_spare
         if taken == "once running":
             await asyncio.wait_for(spare.running, 10)
             assert [g.pgid for g in record.recorded()] == [spare.pid]
@@ -231,8 +231,8 @@ async def test_a_spare_whose_bash_warns_as_it_starts_still_hides_its_mark(root: 
     tool = _make_bash_tool(root, env={"PATH": os.environ["PATH"], "LC_ALL": "xx_XX.nonexistent"})
     try:
         await tool({"command": "true"})
-        assert tool._spare is not None
-        spare = await tool._spare
+        assert tool.next_spare is not None
+        spare = await tool.next_spare
         await asyncio.wait_for(spare.running, 10)
         result = await tool({"command": "echo warm"})
         assert "warm\n[exit code 0]" in result.output and RUNNING_MARK.decode() not in result.output
@@ -268,8 +268,8 @@ async def test_closing_the_tool_kills_its_spare_shell(root: Path) -> None:
     tool = _make_bash_tool(root)
     before = spare_shells()
     await tool({"command": "true"})
-    assert tool._spare is not None
-    await tool._spare  # the next call's shell, started once this call had ended
+    assert tool.next_spare is not None
+    await tool.next_spare  # the next call's shell, started once this call had ended
     assert len(spare_shells() - before) == 1  # and waiting
     await tool.aclose()
     assert spare_shells() == before
@@ -329,7 +329,7 @@ def test_a_program_whose_event_loop_ends_while_a_spare_shell_starts_exits_at_onc
         "async def main():\n"
         "    print((await tool({'command': 'echo ran'})).output, flush=True)\n"
         "asyncio.run(main())\n"
-        "print(tool._spare.result().pid)\n"  # the spare, started as the loop wound down
+        "print(tool.next_spare.result().pid)\n"  # the spare, started as the loop wound down
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

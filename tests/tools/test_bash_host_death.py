@@ -149,8 +149,8 @@ async def test_a_hosts_record_names_each_running_group_until_it_is_gone(root: Pa
             await asyncio.to_thread((root / f"{call}-go.fifo").write_text, "go\n")
             assert (await task).ok
             assert pgid not in [g.pgid for g in record.recorded()]
-            assert tool._spare is not None
-            spare = await tool._spare  # the next call's shell, waiting: recorded once it runs
+            assert tool.next_spare is not None
+            spare = await tool.next_spare  # the next call's shell, waiting: recorded once it runs
             await asyncio.wait_for(spare.running, 10)
             assert [g.pgid for g in record.recorded()] == [spare.pid]
         await tool.aclose()

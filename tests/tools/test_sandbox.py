@@ -16,6 +16,7 @@ import pytest_asyncio
 
 from pidesk.tools import make_bash_tool, run_tool
 from pidesk.tools.bash import Bash
+from pidesk.tools.sandbox_server import Sandbox
 from pidesk.tools.sandbox import Bubblewrap, SandboxPolicy, bwrap_argv, probe, protected_paths, repository_under_tmp
 from tests.sandboxing import require_sandbox
 
@@ -113,7 +114,7 @@ async def sandboxed_bash(tmp_path: Path) -> AsyncIterator[MakeBash]:
     made: list[Bash] = []
 
     def make(root: Path, **policy: object) -> Bash:
-        tool = make_bash_tool(root, sandbox=Bubblewrap(SandboxPolicy(root, **policy)).prefix)  # type: ignore[arg-type]
+        tool = make_bash_tool(root, sandbox=Sandbox(Bubblewrap(SandboxPolicy(root, **policy))))  # type: ignore[arg-type]
         made.append(tool)
         return tool
 
@@ -133,7 +134,7 @@ async def test_the_first_call_and_the_spare_it_starts_both_run_sandboxed(sandbox
             result = await run_tool(tool, {"command": f"echo {call} > {call}.txt; echo {call} > {outside}; echo $$"})
             assert (root / f"{call}.txt").read_text() == f"{call}\n" and not outside.exists()
             assert "Read-only file system" in result.output and result.output.splitlines()[-2] != str(os.getpid())
-            assert tool._spare is not None  # (the next call's shell, started after this one)
+            assert tool.next_spare is not None  # (the next call's shell, started after this one)
     finally:
         outside.unlink(missing_ok=True)
 
