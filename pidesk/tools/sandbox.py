@@ -1,9 +1,8 @@
 """The kernel sandbox Bash commands run in: bubblewrap, built from one policy value.
 
-The host decides a ``SandboxPolicy`` for each command (``pidesk.host.tooling``); this
+The host decides a ``SandboxPolicy`` for each kind of shell (``pidesk.host.tooling``); this
 module turns it into a ``bwrap`` command line (``bwrap_argv``: a pure function of the
-policy and of what the root holds now) and ``Bubblewrap`` hands that prefix to every
-new shell. Nothing here decides what a command may do: whether it runs sandboxed at all
+policy and of what the root holds now), which ``Bubblewrap`` computes afresh when asked. Nothing here decides what a command may do: whether it runs sandboxed at all
 is the host's call (an escalation the person allowed runs without one).
 
 The sandbox, as ``bwrap_argv`` builds it:
@@ -24,9 +23,11 @@ The sandbox, as ``bwrap_argv`` builds it:
 - Hidden: the host's data directory (an empty read-only directory in its place) and the
   config file (empty), wherever they are. A writable path inside the data directory (a
   temporary session's scratch root) is bound again inside the emptied directory.
-- ``--die-with-parent``: it dies with the process that started it. No new session: the
-  command and its children stay in the process group the host kills when the call ends
-  (``tools/bash.py``), and that its watchdog kills if the host dies.
+- ``--die-with-parent``: it dies with the process that started it (the host). A Bash tool
+  runs one sandbox for its turn and starts each shell inside it (``tools/sandbox_server.py``,
+  ``tools/sandboxd.py``), as the leader of a process group the host kills when the call ends
+  (``tools/bash.py``) and its watchdog kills if the host dies; what a command detached dies with
+  the sandbox, at the end of the turn.
 
 Symlinks give no way out: a link inside the root leads, wherever it points outside,
 to a read-only or hidden mount.
