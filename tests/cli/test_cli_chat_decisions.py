@@ -17,6 +17,7 @@ import pytest
 
 from pidesk.providers.scripted import ScriptedProvider
 from tests.cli.chat_rig import chat_rig
+from tests.sandboxing import require_sandbox
 
 SUBMIT_PLAN = {"gate": "plan", "toolCalls": [{"name": "SubmitPlan", "args": {
     "title": "Add notes", "markdown": "# Plan\n\n1. Write NOTES.md\n", "question": "Shall I write it?"}}]}
@@ -84,3 +85,26 @@ async def test_keys_typed_before_a_permission_prompt_never_answer_it(make_host: 
         assert not (project / "NOTES.md").exists()
         requests = (await link.call("permissions.pending", {"sessionId": session["id"]}))["requests"]
         assert requests == []
+
+
+@pytest.mark.asyncio
+async def test_an_escalation_is_said_apart_with_its_reason_and_answered_like_any_permission(
+        make_host: Any, project: Path) -> None:
+    """Issue 28: a command asking to leave the sandbox is said apart — why, and the command — even under
+    auto, and `y` Enter runs it."""
+    require_sandbox()
+    provider = ScriptedProvider([{"toolCalls": [{"name": "Bash", "args": {
+        "command": "echo escalated > ran.txt", "escalate": True, "justification": "it must reach the package index"}}]},
+        {"text": "installed"}])
+    async with chat_rig(make_host(provider=provider), {"projectPath": str(project), "permissionMode": "auto"}) as rig:
+        await rig.chat.submit("install it")
+        await rig.screen.expect("run OUTSIDE the sandbox")
+        await rig.screen.expect("why: it must reach the package index")
+        await rig.screen.expect("$ echo escalated > ran.txt")
+        await rig.screen.expect("allow? [y] once")
+        rig.start_reading()
+        os.write(rig.master, b"y")
+        await rig.screen.expect("allow once? Enter confirms")
+        os.write(rig.master, b"\r")
+        await rig.screen.expect("[turn completed]")
+        assert (project / "ran.txt").read_text() == "escalated\n"
