@@ -3,7 +3,7 @@
 The host decides the sandbox, never the tool and never the model: ``sandbox_policy``
 turns the configuration and the session into a ``tools.sandbox.SandboxPolicy`` —
 writable: the session's root and ``sandbox.writable``; hidden: the host's data
-directory and the config file; the network only if ``sandbox.network``. Bash comes
+directory, the config file and ``/run``; the network only if ``sandbox.network``. Bash comes
 in three kinds, picked per call in ``TurnTools.tool``:
 
 - sandboxed: every command, by default, in every mode, for delegates and unattended
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pidesk.config import HostConfig
 from pidesk.core import policy
@@ -32,10 +32,15 @@ from pidesk.tools.sandbox import Bubblewrap, SandboxPolicy, SandboxStatus, probe
 from pidesk.tools.sandbox_server import Sandbox
 
 
+RUN: Final = Path("/run")  # sockets a command could reach without any network: a database's, D-Bus, Docker's
+RESOLVER: Final = Path("/run/systemd/resolve")  # where /etc/resolv.conf leads under systemd-resolved
+
+
 def sandbox_policy(config: HostConfig, root: Path, data_dir: Path, *, read_only_root: bool = False) -> SandboxPolicy:
-    hidden = (data_dir,) if config.config_file is None else (data_dir, config.config_file)
+    hidden = (data_dir, RUN) if config.config_file is None else (data_dir, config.config_file, RUN)
     return SandboxPolicy(root=root.resolve(), writable=config.sandbox.writable, hidden=hidden,
-                         network=config.sandbox.network, read_only_root=read_only_root)
+                         shown=(RESOLVER,) if config.sandbox.network else (), network=config.sandbox.network,
+                         read_only_root=read_only_root)
 
 
 def tool_specs(config: HostConfig, names: list[str], mode: Mode) -> list[dict[str, Any]]:

@@ -2,8 +2,9 @@
 
 The host decides a ``SandboxPolicy`` for each kind of shell (``pidesk.host.tooling``); this
 module turns it into a ``bwrap`` command line (``bwrap_argv``: a pure function of the
-policy and of what the root holds now), which ``Bubblewrap`` computes afresh when asked. Nothing here decides what a command may do: whether it runs sandboxed at all
-is the host's call (an escalation the person allowed runs without one).
+policy and of what the root holds now), which ``Bubblewrap`` computes afresh when asked.
+Nothing here decides what a command may do: whether it runs sandboxed at all is the
+host's call (an escalation the person allowed runs without one).
 
 The sandbox, as ``bwrap_argv`` builds it:
 
@@ -20,9 +21,11 @@ The sandbox, as ``bwrap_argv`` builds it:
   ``.git/config`` (and those of ``.git/modules/*``), and ``.git`` itself when it is a
   file (it names the repository git then uses). A ``.pi/`` or ``.git/hooks`` that does
   not exist yet is made, empty, before the sandbox starts: it cannot be created inside.
-- Hidden: the host's data directory (an empty read-only directory in its place) and the
-  config file (empty), wherever they are. A writable path inside the data directory (a
-  temporary session's scratch root) is bound again inside the emptied directory.
+- Hidden: the host's data directory (an empty read-only directory in its place), the
+  config file (empty), and ``/run``, wherever they are: the sockets there (a database's,
+  D-Bus, Docker's) need no network to be reached. A writable path inside a hidden directory
+  (a temporary session's scratch root) is bound again inside it, and so are the policy's
+  ``shown`` paths, read-only (the resolver's configuration when the network is on).
 - ``--die-with-parent``: it dies with the process that started it (the host). A Bash tool
   runs one sandbox for its turn and starts each shell inside it (``tools/sandbox_server.py``,
   ``tools/sandboxd.py``), as the leader of a process group the host kills when the call ends
@@ -70,6 +73,7 @@ class SandboxPolicy:
     root: Path
     writable: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
+    shown: tuple[Path, ...] = ()  # inside hidden directories, bound again read-only where they exist
     network: bool = False
     read_only_root: bool = False
 
@@ -82,10 +86,9 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, protected: Sequence[Path] =
     ``protected`` are the read-only paths inside the root, ``hidden_dirs`` and ``hidden_files`` the
     policy's hidden paths by kind, ``under_tmp`` read-only paths the private /tmp would otherwise hide
     (the repository a root under /tmp lies in, the interpreter ``sandboxd`` runs on), as they exist now
-    (``Bubblewrap`` looks). Later mounts
-    win, so the order is the design: read-only everything, a private /tmp, what of the real /tmp stays
-    visible, the writable paths, the hidden ones over them, the writable paths inside those again,
-    then the read-only carve-outs."""
+    (``Bubblewrap`` looks). Later mounts win, so the order is the design: read-only everything, a
+    private /tmp, what of the real /tmp stays visible, the writable paths, the hidden ones over them,
+    the writable and the shown paths inside those again, then the read-only carve-outs."""
     argv = [bwrap, "--unshare-all", "--unshare-user", *(["--disable-userns"] if disable_userns else []),
             "--cap-drop", "ALL", "--die-with-parent"]
     if policy.network:
@@ -104,6 +107,8 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, *, protected: Sequence[Path] =
     for flag, path in mounts:
         if any(path != hidden and path.is_relative_to(hidden) for hidden in hidden_dirs):
             argv += [flag, str(path), str(path)]
+    for path in policy.shown:
+        argv += ["--ro-bind-try", str(path), str(path)]
     for path in hidden_dirs:
         argv += ["--remount-ro", str(path)]
     for path in protected:

@@ -287,9 +287,7 @@ class Sandbox:
                 self._starting = None
         if self._server is not fresh:
             self._replace(fresh)
-        if fresh.prefix != prefix:  # (asked for again while an older request started one)
-            return await self.ready()
-        return fresh
+        return fresh  # (one another call started, maybe on an older policy: the next call checks again)
 
     def current(self) -> SandboxServer | None:
         """The running server if it is still what the policy asks, else None (ready() would start another)."""

@@ -232,6 +232,34 @@ async def test_no_network_unless_the_config_says_so(make_host, provider, project
     assert ("connected" in result["output"]) is network
 
 
+@pytest.fixture
+def run_socket() -> Iterator[Path]:
+    """A Unix socket listening in /run, as a local database's or Docker's does (no network needed)."""
+    path = Path("/run") / f"pidesk-test-{os.getpid()}.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        try:
+            server.bind(str(path))
+        except PermissionError:
+            pytest.skip("this test binds a socket in /run, which needs root")
+        server.listen(4)
+        try:
+            yield path
+        finally:
+            path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("network", [False, True], ids=["no-network", "network-on"])
+async def test_the_sockets_in_run_are_out_of_reach(make_host, provider, project, run_socket, network):
+    """Hiding the network is not enough: a socket in /run (postgres, D-Bus, docker.sock) is reached through
+    the file system. /run is hidden either way (with the network on, the resolver's files come back)."""
+    host = make_host(sandbox=SandboxSettings(network=network))
+    s = await session(host, project, permissionMode="auto")
+    probe = (f"python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{run_socket}\"); "
+             "print(\"connected\")'")
+    result = await bash(host, provider, s["id"], probe)
+    assert "connected" not in result["output"] and "No such file" in result["output"]
+
+
 # ---- processes -------------------------------------------------------------------------------------
 
 
