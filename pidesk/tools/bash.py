@@ -14,7 +14,8 @@ one pipe. However the call ends, the group is stopped before it returns:
 
 - normal exit: leftover background processes get SIGTERM, then SIGKILL after
   ``kill_grace_ms``; a process that must keep running has to detach itself
-  (``setsid cmd >log 2>&1 &``);
+  (``setsid cmd >log 2>&1 &``) — in a sandbox it then lives until the sandbox
+  ends, when the tool is closed at the end of its turn;
 - timeout: the same, and the result is ``TOOL_TIMEOUT``;
 - cancellation (abort): SIGKILL at once, then ``CancelledError`` propagates;
   this holds even while bash is still being spawned (the spawn is shielded,
@@ -47,7 +48,7 @@ import shutil
 import signal
 import subprocess
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
@@ -59,7 +60,6 @@ from pidesk.tools.sandbox_server import Sandbox, SandboxServer
 from pidesk.tools.watchdog import GroupRecord, Guarded, guard, keep_guarded, release
 
 log = logging.getLogger("pidesk.tools.bash")
-
 
 MAX_TIMEOUT_MS: Final = 600_000
 _KILL_WAIT_S: Final = 2.0
@@ -147,8 +147,8 @@ class Bash:
     goes away (its stdin closes), and ``aclose()`` kills it at once.
 
     One spare is kept ready; two, once a call took one that had not started yet (calls
-    coming faster than a shell starts: a model answering at once),
-    so that each spare has two calls' time to get ready.
+    coming faster than a shell starts: a model answering at once), so that each spare
+    has two calls' time to get ready.
     """
 
     def __init__(self, root: Path, *, default_timeout_ms: int, max_output: int, kill_grace_ms: int,
@@ -311,8 +311,10 @@ class Bash:
             return None
         spare, born = self._spares.popleft()
         spare.cancel()  # (not started yet: the call starts a cold shell rather than wait a turn of the loop)
-        if spare.cancelled() or spare.exception() is not None:
-            self._depth = MAX_SPARES if spare.cancelled() else self._depth  # (asked for too late to start)
+        if spare.cancelled():  # asked for too late to have started: calls come faster than shells start
+            self._depth = MAX_SPARES
+            return None
+        if spare.exception() is not None:
             return None
         if asyncio.get_running_loop().time() - born > SPARE_MAX_AGE_S:
             self._discard(spare)

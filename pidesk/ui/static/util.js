@@ -167,7 +167,12 @@ export function mayDo(mode, permissionMode) {
     return {
       ask: { text: 'Asks you before every file edit and every shell command.', level: 'safe' },
       'accept-edits': { text: 'Edits files without asking. Asks before every shell command.', level: 'edits' },
-      auto: { text: 'Edits files and runs shell commands without asking.', level: 'auto' },
+      auto: {
+        text: hostInfo.sandbox?.mode === 'bwrap'
+          ? 'Edits files and runs shell commands without asking, in the sandbox (leaving it always asks).'
+          : 'Edits files and runs shell commands without asking.',
+        level: 'auto',
+      },
     }[permissionMode];
   }
   const M = mode === 'plan' ? 'Plan' : 'Goal';
