@@ -13,7 +13,6 @@ approve it — the test can tell, and the README says what turning the sandbox o
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import pytest
@@ -70,7 +69,7 @@ async def test_an_agent_cannot_approve_a_plan_through_bash(start_server: Any, pr
 
     attacker = await served.call("session.create", {"projectPath": str(project), "permissionMode": "auto"})
     provider.enqueue(attacker["id"], {"toolCalls": [{"name": "Bash", "args": {
-        "command": f"{sys.executable} -c '{ATTACK}' {served.data_dir} {served.port}"}}]}, {"text": "done"})
+        "command": f"python3 -c '{ATTACK}' {served.data_dir} {served.port}"}}]}, {"text": "done"})
     turn = await served.call("agent.prompt", {"sessionId": attacker["id"], "text": "summarise the README"})
     await client.event("turn.ended", lambda e: e["turnId"] == turn["turnId"])
     page = await served.call("session.get", {"sessionId": attacker["id"]})

@@ -310,6 +310,18 @@ async def test_streaming_text_then_stop_finishes_the_turn_gracefully(ui):
     assert turn["reason"] == "completed"
 
 
+async def _scroll_to_top_until(page, count: int) -> None:
+    """Scroll the transcript to its top until ``count`` messages are shown. Each poll scrolls again: after
+    a page is prepended the transcript keeps the reader's place, and on a busy machine that adjustment
+    could land after a single scroll to the top, leaving it short of the top (a CI run saw 400 of 450)."""
+    await page.wait_for_function(
+        """count => {
+            const transcript = document.querySelector('#transcript');
+            transcript.scrollTop = 0;
+            return document.querySelectorAll('.msg .user-text, .msg-assistant .md').length >= count;
+        }""", arg=count, polling=100, timeout=10_000)
+
+
 async def test_a_long_session_opens_on_its_newest_page_and_pages_back_on_scroll(ui):
     from pidesk.core.records import TextBlock
     from pidesk.store.store import Store
@@ -332,10 +344,9 @@ async def test_a_long_session_opens_on_its_newest_page_and_pages_back_on_scroll(
     await expect(page.locator(".msg-assistant .md").last).not_to_have_attribute("data-pending", "1")
     first_seen = await texts.first.text_content()
     assert first_seen == "user message number 251"
-    await page.locator("#transcript").evaluate("el => { el.scrollTop = 0; }")
-    await expect(texts).to_have_count(400)
+    await _scroll_to_top_until(page, 400)
     assert await texts.nth(200).text_content() == "user message number 251"  # older page prepended in place
-    await page.locator("#transcript").evaluate("el => { el.scrollTop = 0; }")
+    await _scroll_to_top_until(page, 450)
     await expect(texts).to_have_count(450)
     await expect(texts.first).to_have_text("user message number 1")
     await expect(page.locator("#earlier button")).to_have_count(0)
