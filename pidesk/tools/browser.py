@@ -1,8 +1,10 @@
 """BrowserPreview: look at a page the agent is building, read-only, in every mode.
 
-Only two kinds of URL are accepted: ``http(s)`` on a loopback address
-(127.0.0.0/8, ``localhost``, ``::1``) and ``file:`` URLs (or plain paths) that
-resolve inside the session root (secrets refused). With a Chromium on the
+Only two kinds of URL are accepted: ``http(s)`` on 127.0.0.1, ``[::1]`` or
+``localhost``, read as a browser reads them (``loopback_url``), and ``file:`` URLs
+(or plain paths) that resolve inside the session root (secrets refused). Chromium
+itself is held to the same three (``loopback_only``), so the page's own requests
+cannot leave them either. With a Chromium on the
 machine the page is rendered headless — its title, visible text and a
 screenshot path come back; without one, the body is fetched (or read) and its
 title and text extracted. A workspace file is never opened by Chromium as a
@@ -14,13 +16,14 @@ inside the root: screenshots go to a temporary directory.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
+import re
 import shutil
+import socket
 import tempfile
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote, unquote, urlsplit
 
 from pidesk.core.errors import Code
@@ -67,23 +70,38 @@ def make_browser_preview_tool(root: Path, *, chromium: str | None = None, host_d
 
 def _target(root: Path, raw: str) -> str:
     url = urlsplit(raw)
-    if url.scheme in ("http", "https"):
-        host = (url.hostname or "").lower()
-        if host != "localhost":
-            try:
-                loopback = ipaddress.ip_address(host).is_loopback
-            except ValueError:
-                loopback = False
-            if not loopback:
-                raise ToolFailure(Code.PATH_OUTSIDE_WORKSPACE,
-                                  f"{raw}: BrowserPreview opens loopback URLs and workspace files only")
-        return raw
+    if url.scheme.lower() in ("http", "https"):
+        return loopback_url(raw)
     if url.scheme in ("file", ""):
         path, _rel = resolve_for_read(root, unquote(url.path) if url.scheme == "file" else raw)
         if not path.is_file():
             raise ToolFailure(Code.FILE_NOT_FOUND, f"{raw} is not a file in the workspace")
         return path.as_uri()
     raise ToolFailure(Code.INVALID_ARGUMENTS, f"{raw}: only http(s) on loopback and file URLs are supported")
+
+
+# What BrowserPreview may load over http(s), as a browser reads it (PROTOCOL.md turn-3 limits). The
+# grammar is narrower than a URL's on purpose: where Python's urlsplit and a browser's WHATWG parser
+# could disagree — a backslash (``http://evil\@127.0.0.1/`` is evil to Chromium), userinfo, a tab or a
+# newline (a browser drops them), a percent-encoded or numeric-shorthand host (``127.1``, ``0x7f.1``) —
+# the URL is refused, and the one handed on is rebuilt from the parts read here.
+LOOPBACK_HOSTS: Final = ("localhost", "127.0.0.1", "[::1]")
+_LOOPBACK_URL: Final = re.compile(r"(?P<scheme>https?)://(?P<host>[^/?#:\[\]]+|\[[^\]/?#]*\])(?::(?P<port>\d{1,5}))?"
+                                  r"(?P<rest>[/?#][^\\\s]*)?", re.IGNORECASE | re.ASCII)
+
+
+def loopback_url(raw: str) -> str:
+    """``raw`` rebuilt, if it names a page on 127.0.0.1, [::1] or localhost exactly as a browser would
+    read it; else ``ToolFailure`` (PATH_OUTSIDE_WORKSPACE)."""
+    match = _LOOPBACK_URL.fullmatch(raw)
+    host = match["host"].lower() if match else ""
+    port = int(match["port"]) if match and match["port"] else None
+    if match is None or host not in LOOPBACK_HOSTS or (port is not None and not 0 < port < 65536) \
+            or any(ord(c) < 0x21 or c == "\x7f" for c in raw):
+        raise ToolFailure(Code.PATH_OUTSIDE_WORKSPACE,
+                          f"{raw}: BrowserPreview opens pages on 127.0.0.1, [::1] or localhost (written plainly, "
+                          "without a user name, a backslash or spaces) and workspace files only")
+    return f"{match['scheme'].lower()}://{host}{f':{port}' if port else ''}{match['rest'] or '/'}"
 
 
 def _fetch(target: str) -> str:
@@ -109,13 +127,39 @@ async def _render(browser: str, target: str) -> tuple[str, str]:
     shots = Path(tempfile.mkdtemp(prefix="pidesk-preview-"))
     shot = shots / "screenshot.png"
     profile = shots / "profile"
-    common = (*CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1280,800")
-    try:
-        dom = await _run(browser, *common, "--dump-dom", target)
-        await _run(browser, *common, f"--screenshot={shot}", target)
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
+    with _nowhere() as proxy:
+        common = (*CHROMIUM_FLAGS, *loopback_only(proxy), f"--user-data-dir={profile}", "--window-size=1280,800")
+        try:
+            dom = await _run(browser, *common, "--dump-dom", target)
+            await _run(browser, *common, f"--screenshot={shot}", target)
+        finally:
+            shutil.rmtree(profile, ignore_errors=True)
     return dom, str(shot) if shot.exists() else ""
+
+
+def loopback_only(proxy: int) -> tuple[str, ...]:
+    """Chromium flags that keep the page, and everything it loads, on 127.0.0.1, [::1] and localhost:
+    every other address goes through a proxy at ``proxy`` that refuses it (``_nowhere``) — other 127.x
+    addresses too, which Chromium would otherwise reach directly — no name is resolved but those three
+    (a prefetch could carry data out in a DNS query), and WebRTC sends no UDP but through that proxy.
+    (Each of the three must be excluded from the resolver's rule by name, IP literals too.)"""
+    return (f"--proxy-server=http://127.0.0.1:{proxy}", "--proxy-bypass-list=<-loopback>;" + ";".join(LOOPBACK_HOSTS),
+            "--host-resolver-rules=MAP * ~NOTFOUND, " + ", ".join(f"EXCLUDE {host}" for host in LOOPBACK_HOSTS),
+            "--force-webrtc-ip-handling-policy=disable_non_proxied_udp")
+
+
+class _nowhere:
+    """A loopback port held (bound, never listening) for as long as a render runs: a connection to it
+    is refused, and nothing else can take it meanwhile."""
+
+    def __enter__(self) -> int:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        port: int = self._sock.getsockname()[1]
+        return port
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
 
 
 class WorkspaceServer:

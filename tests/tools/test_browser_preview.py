@@ -75,7 +75,11 @@ async def test_a_workspace_file_is_read_and_secrets_and_outside_files_are_refuse
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("url", ["http://example.com/", "http://10.0.0.1/", "https://192.168.1.1/x",
-                                 "ftp://127.0.0.1/", "javascript:alert(1)"])
+                                 "ftp://127.0.0.1/", "javascript:alert(1)",
+                                 # issue 29: what Python reads as 127.0.0.1 and a browser (WHATWG) does not
+                                 "http://127.0.0.5:1\\@127.0.0.1:2/?leak=1", "http://evil.example\\@127.0.0.1/",
+                                 "http://user@127.0.0.1/", "http://127.0.0.1\t.evil.example/", "http://127.1/",
+                                 "http://0x7f.0.0.1/", "http://127.0.0.%31/", "http://127.0.0.5/", "http://localhost./"])
 async def test_anything_but_loopback_or_workspace_files_is_refused(tmp_path, url):
     result = await run_tool(make_browser_preview_tool(tmp_path, chromium=""), {"url": url})
     assert not result.ok and result.error_code in ("PATH_OUTSIDE_WORKSPACE", "INVALID_ARGUMENTS")
@@ -148,3 +152,62 @@ def _cmdline_has(pid: int, needle: bytes) -> bool:
         return needle in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+@pytest.fixture
+def recorder():
+    """A server on 127.0.0.5 — loopback, but not an address BrowserPreview may reach — that records every
+    request: where an exfiltration would land."""
+    hits: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            hits.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"recorded")
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.5", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd.server_address[1], hits
+    httpd.shutdown()
+
+
+@pytest.mark.asyncio
+async def test_a_rendered_page_cannot_reach_past_loopback_by_itself(tmp_path, browser, recorder):
+    """Issue 29 item 1, belt and braces: the page is on 127.0.0.1, but its image, fetch and iframe ask for
+    another address. Chromium is held to 127.0.0.1/[::1]/localhost: none of them arrives, while the page's
+    own loopback image does (so the recorder would have seen them)."""
+    port, hits = recorder
+    allowed: list[str] = []
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            allowed.append(self.path)
+            body = (f'<html><head><title>Probe</title></head><body><p>probe page</p>'
+                    f'<img src="http://127.0.0.5:{port}/img"><img src="/own-image">'
+                    f'<iframe src="http://127.0.0.5:{port}/frame"></iframe>'
+                    f'<script>fetch("http://127.0.0.5:{port}/fetch").catch(() => null)</script></body></html>')
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        result = await make_browser_preview_tool(tmp_path, chromium=browser)(
+            {"url": f"http://127.0.0.1:{httpd.server_address[1]}/"})
+    finally:
+        httpd.shutdown()
+    assert result.ok and "probe page" in result.output
+    assert "/own-image" in allowed  # the page's own loopback request went through
+    assert hits == []
