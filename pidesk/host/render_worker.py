@@ -3,7 +3,9 @@
 markdown-it-py in CommonMark mode (plus tables) with raw HTML disabled — any
 ``<tag>`` in the source is shown as text — and links limited to http(s),
 mailto and relative URLs: a plan or an assistant message cannot inject markup
-or a ``javascript:`` link into the page that shows it.
+or a ``javascript:`` link into the page that shows it. Nothing of the text is
+dropped: no nesting limit stops the parse, and link reference definitions are
+shown as they are written.
 
 This module imports nothing of pidesk's, so the worker starts with nothing but
 markdown-it. Run as a script, it takes the host's ``sys.path`` (JSON) and pid
@@ -27,6 +29,7 @@ SAFE_SCHEMES: Final = ("http:", "https:", "mailto:")
 MEMORY_CAP: Final = 2 << 30  # bytes of address space the worker may use
 HEADER: Final = 8  # bytes of a frame's length
 READY: Final = b"R"  # written once, when the worker can take requests
+MAX_BLOCK_NESTING: Final = 100_000  # never reached: a RecursionError comes first (see renderer)
 
 
 @lru_cache(maxsize=1)
@@ -34,8 +37,23 @@ def renderer() -> Any:
     from markdown_it import MarkdownIt
 
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
+    # Link reference definitions are not consumed: they would hide a line of a plan from the card,
+    # never from the agent that executes it.
+    md.disable("reference")
+    # markdown-it stops parsing blocks nested deeper than ``maxNesting`` (CommonMark's preset: 20)
+    # and drops the rest of the text: an approval card lost every step after a deep list (issue 29).
+    # Blocks get no such limit (past Python's recursion limit the render fails instead, and the host
+    # shows the text unformatted: every character either way). Inline parsing keeps it: there it
+    # only stops looking for deeper links and emphasis — the text stays — and keeps "[" * 5000 fast.
+    inline_limit = md.options["maxNesting"]
+    md.core.ruler.before("block", "blocks_unlimited", lambda state: _nesting(state, MAX_BLOCK_NESTING))
+    md.core.ruler.after("block", "inline_limited", lambda state: _nesting(state, inline_limit))
     md.validateLink = safe_link  # type: ignore[method-assign]
     return md
+
+
+def _nesting(state: Any, limit: int) -> None:
+    state.md.options["maxNesting"] = limit
 
 
 def safe_link(url: str) -> bool:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html as html_module
+import re
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pidesk.core import events as ev
 from pidesk.host.render import MAX_RENDERED, SLACK, TIME_BOUND, render_html, render_markdown
@@ -223,3 +227,31 @@ async def test_a_plan_stored_over_the_limit_still_opens_as_plain_text(make_host,
     assert got["markdown"] == long
     assert got["html"] == f"<p><em>Not formatted: longer than {MAX_RENDERED:,} characters; shown as plain " \
                           f"text.</em></p>\n<pre>{long}</pre>\n"
+
+
+def _words(text: str) -> list[str]:
+    """The words of ``text``, less ordered-list numbers (``1.``: Markdown, not text)."""
+    return re.findall(r"[A-Za-z0-9]+", re.sub(r"\b\d+\.\s", " ", text))
+
+
+@pytest.mark.parametrize("source", [
+    # issue 29 item 2: everything after the 9th level of nesting was dropped, later top-level steps included
+    "- a\n" + "".join("  " * i + f"- level{i}\n" for i in range(1, 16)) + "- Then rm rf projects\n\n# Step 3\n",
+    ">" * 25 + " deep\n\n# Step 3 after the quote\n",
+    "1. one\n" + "".join("   " * i + f"1. item{i}\n" for i in range(1, 16)) + "\nlast words here\n",
+    # a link reference definition is a line of the plan that a card would not show
+    '[hidden]: http://example.com "rm rf everything"\n\n# Plan\n\nuse the [hidden] thing\n',
+])
+def test_every_word_of_the_text_is_shown(source: str) -> None:
+    """What a person approves is what the execution reads: every word of the Markdown is in the HTML."""
+    shown = html_module.unescape(re.sub(r"<[^>]+>", " ", render_markdown(source)))
+    assert set(_words(source)) <= set(_words(shown))
+
+
+@given(st.lists(st.sampled_from(["- ", "> ", "1. ", "* "]), max_size=60),
+       st.lists(st.sampled_from(["alpha", "beta", "gamma"]), min_size=1, max_size=3))
+@settings(max_examples=200, deadline=None)
+def test_property_no_nesting_hides_a_word(containers: list[str], words: list[str]) -> None:
+    """Containers nested on one line (``- > 1. - alpha``), as deep as 60, then a paragraph: both shown."""
+    shown = render_markdown("".join(containers) + " ".join(words) + "\n\nfinal sentinel\n")
+    assert "final sentinel" in shown and set(words) <= set(_words(shown))
