@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +163,35 @@ def shells(marker: bytes) -> set[int]:
         if int(stat[1]) == os.getpid() and marker in cmdline and stat[0] not in (b"Z", b"X"):
             found.add(int(entry))
     return found
+
+
+class Ticker:
+    """A task ticking every 10 ms, as a /healthz probe would: ``worst`` is the longest the loop kept it waiting."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._last = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        while True:  # ends when cancelled
+            await asyncio.sleep(0.01)
+            self._tick_now()
+
+    def _tick_now(self) -> None:
+        now = time.monotonic()
+        self.worst = max(self.worst, now - self._last)
+        self._last = now
+
+    async def __aenter__(self) -> Ticker:
+        self._task = asyncio.create_task(self._tick())
+        await asyncio.sleep(0.02)  # it has ticked once: the loop is measured from here
+        self.worst = 0.0
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._tick_now()  # a loop held until now never let it tick: that gap counts too
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task

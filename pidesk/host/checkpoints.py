@@ -37,6 +37,7 @@ import difflib
 import logging
 import time
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ CHANGING_TOOLS = frozenset({"Write", "Edit", "Bash"})
 MAX_WATCHED_ROOTS = 8
 RECHECK_S = 300.0  # a root too large to checkpoint is counted again by a turn starting this much later
 PREVIEW_LIMIT = 1024 * 1024  # bytes of an existing file a permission preview reads
+PREVIEW_LINES = 3000  # lines a side a permission preview diffs (~0.2 s of difflib at worst here)
 
 
 @dataclass
@@ -337,7 +339,11 @@ class Checkpoints:
 def preview(tool: str, args: dict[str, Any], root: Path) -> dict[str, Any] | None:
     """``PermissionRequest.preview`` for Write and Edit: the diff the call would make, and
     whether a Write replaces an existing file. Computed from the proposed arguments and the
-    file as it is now; None for other tools or arguments that do not fit."""
+    file as it is then; None for other tools or arguments that do not fit. Blocking and pure
+    Python (difflib): call it off the event loop, once (the request keeps it). Bounded: a file
+    over ``PREVIEW_LIMIT`` bytes is not read, and a diff of more than ``PREVIEW_LINES`` lines a
+    side is not computed (difflib's matching grows with their product: 10,000 lines took 13-18 s)
+    — the preview then says how many lines change instead."""
     if tool not in ("Write", "Edit"):
         return None
     path = args.get("path")
@@ -360,7 +366,13 @@ def preview(tool: str, args: dict[str, Any], root: Path) -> dict[str, Any] | Non
         if not isinstance(old_text, str) or not isinstance(new_text, str) or not old_text or old_text not in old:
             return {"diff": "", "overwrites": False}
         new = old.replace(old_text, new_text) if args.get("replaceAll") else old.replace(old_text, new_text, 1)
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 fromfile="/dev/null" if not exists else f"a/{path}", tofile=f"b/{path}")
+    overwrites = tool == "Write" and exists
+    before, after = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    if max(len(before), len(after)) > PREVIEW_LINES:
+        removed, added = Counter(before) - Counter(after), Counter(after) - Counter(before)
+        return {"diff": f"(diff too large to show: {path} goes from {len(before):,} to {len(after):,} lines; "
+                        f"about {sum(removed.values()):,} removed and {sum(added.values()):,} added)",
+                "overwrites": overwrites}
+    lines = difflib.unified_diff(before, after, fromfile="/dev/null" if not exists else f"a/{path}", tofile=f"b/{path}")
     text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
-    return {"diff": text, "overwrites": tool == "Write" and exists}
+    return {"diff": text, "overwrites": overwrites}

@@ -224,7 +224,7 @@ class Host:
                 "session": session, "messages": messages, "hasMore": has_more,
                 "queue": repo.queue_entries(db, session.id),
                 "pendingApproval": pending[0] if pending else None,
-                "pendingPermissions": self.permissions.with_previews(repo.pending_requests(db, session.id)),
+                "pendingPermissions": repo.pending_requests(db, session.id),
             }
 
     async def session_turns(self, session_id: Any, limit: Any = None) -> dict[str, list[Turn]]:

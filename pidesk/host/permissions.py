@@ -15,8 +15,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from pidesk.core import policy
 from pidesk.core.errors import Code, Conflict, InvalidParams, NotFound
 from pidesk.core.events import PermissionRequested, PermissionResolved
@@ -61,10 +59,12 @@ class Permissions:
         return await self._ask(live, call, Path(session.root))
 
     async def _ask(self, live: LiveTurn, call: ToolCallBlock, root: Path) -> policy.Allow | policy.Deny:
+        # (a diff of a big file is seconds of pure Python: off the loop, bounded, and kept with the request)
+        shown = await asyncio.to_thread(checkpoints.preview, call.name, call.args, root)
         request = PermissionRequest(
             id=new_id("p"), session_id=live.session_id, turn_id=live.turn_id, tool_call_id=call.id,
             tool=call.name, args=call.args, status=PermissionStatus.PENDING, created_at=now_iso(), resolved_at=None,
-            preview=checkpoints.preview(call.name, call.args, root),
+            preview=shown,
             escalated=policy.is_escalation(call.name, call.args),
         )
         future: asyncio.Future[tuple[bool, bool]] = asyncio.get_running_loop().create_future()
@@ -129,19 +129,7 @@ class Permissions:
         if session_id is not None:
             session_id = self.p.session(validate.ident(session_id, "sessionId")).id
         with self.p.store.db.read() as db:
-            return self.with_previews(repo.pending_requests(db, session_id))
-
-    def with_previews(self, requests: list[PermissionRequest]) -> list[PermissionRequest]:
-        """Pending requests read back from the store, with the preview of their call as the file is now."""
-        out = []
-        for request in requests:
-            try:
-                root = Path(self.p.session(request.session_id).root)
-            except NotFound:
-                out.append(request)
-                continue
-            out.append(msgspec.structs.replace(request, preview=checkpoints.preview(request.tool, request.args, root)))
-        return out
+            return repo.pending_requests(db, session_id)
 
     def _audit_denial(self, live: LiveTurn, call: ToolCallBlock, code: str, mode: Mode | None) -> None:
         with self.p.store.db.tx() as db:

@@ -269,3 +269,11 @@ def m009_turn_error_message(db: sqlite3.Connection) -> None:
     connection failure, the retries spent (PROTOCOL.md "Additions": Turn.errorMessage).
     Turns that ended before it have none."""
     db.execute("ALTER TABLE turns ADD COLUMN error_message TEXT")
+
+
+@migration
+def m010_permission_preview(db: sqlite3.Connection) -> None:
+    """A Write or Edit request's preview (its diff), computed once when it is asked and kept with it:
+    recomputed for every ``permissions.pending`` and ``session.get`` it froze the host for seconds on a
+    big file (issue 29). JSON; requests from before have none."""
+    db.execute("ALTER TABLE permission_requests ADD COLUMN preview TEXT")

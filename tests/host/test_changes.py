@@ -14,7 +14,7 @@ import pytest
 from pidesk.core import events as ev
 from pidesk.core.errors import Conflict
 from pidesk.host import checkpoints
-from tests.scenario import ended, permission_requested, prompt, session, tool
+from tests.scenario import Ticker, ended, permission_requested, prompt, session, tool
 
 pytestmark = pytest.mark.asyncio
 
@@ -297,3 +297,29 @@ async def test_issue16_a_turns_first_checkpoint_waits_for_the_model_client_and_i
     assert [e["k"] for e in repo.entries()][:1] == ["turn"]
     assert {p: f["status"] for p, f in _files(await host.call("session.changes", {"sessionId": sid}),
                                               turn_id).items()} == {"made.txt": "added"}
+
+
+async def test_a_big_rewrite_asks_without_freezing_the_host_and_its_preview_is_kept(host, provider, project):
+    """Issue 29 item 3: a Write that rewrites a 10,000-line file under ask stalled the event loop 13-18 s while
+    its diff was made, and every permissions.pending and session.get made it again. The preview is made once,
+    off the loop, bounded (it says how many lines change), and kept with the request."""
+    big = project / "big.py"
+    big.write_text("".join(f"value_{i} = {i}\n" for i in range(10_000)))
+    rewritten = "".join(f"value_{i} = {i * 2 if i % 7 == 0 else i}\n" for i in range(10_000))
+    s = await session(host, project)
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Write", path="big.py", content=rewritten), {"text": "Done."})
+    async with Ticker() as ticker:
+        turn = await prompt(host, s["id"])
+        preview = (await permission_requested(sub)).request.preview
+        big.write_text("changed meanwhile\n")  # what was asked about stays what is shown
+        for _ in range(5):
+            pending = (await host.call("permissions.pending", {"sessionId": s["id"]}))["requests"]
+            shown = (await host.call("session.get", {"sessionId": s["id"]}))["pendingPermissions"]
+            assert pending[0]["preview"] == shown[0]["preview"] == preview
+    assert ticker.worst < 0.05, ticker.worst
+    assert preview is not None and preview["overwrites"] is True
+    assert preview["diff"] == ("(diff too large to show: big.py goes from 10,000 to 10,000 lines; "
+                               "about 1,428 removed and 1,428 added)")  # (value_0 is 0 either way)
+    await host.call("agent.abort", {"sessionId": s["id"]})
+    await ended(sub, turn["turnId"])

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from pidesk.core import events as ev
 from pidesk.host.render import MAX_RENDERED, SLACK, TIME_BOUND, render_html, render_markdown
-from tests.scenario import ended, plan_requested, prompt, session, state, submit_goal, submit_plan, tool_results
+from tests.scenario import Ticker, ended, plan_requested, prompt, session, state, submit_goal, submit_plan, tool_results
 
 
 def test_markdown_renders_and_raw_html_is_shown_as_text():
@@ -43,38 +43,6 @@ BOUND = TIME_BOUND + SLACK + 1.0  # the answer's bound, plus room for a busy mac
 # ~20 ms while a render runs; but on a loaded 2-CPU machine an idle loop alone sees gaps of ~0.2 s
 # (the scheduler's, not ours), while each render these tests make froze the loop for 6 s to minutes.
 MAX_GAP = 0.5
-
-
-class Ticker:
-    """A task ticking every 10 ms, as a /healthz probe would: ``worst`` is the longest the loop kept it waiting."""
-
-    def __init__(self) -> None:
-        self.worst = 0.0
-        self._last = time.monotonic()
-        self._task: asyncio.Task[None] | None = None
-
-    async def _tick(self) -> None:
-        while True:  # ends when cancelled
-            await asyncio.sleep(0.01)
-            self._tick_now()
-
-    def _tick_now(self) -> None:
-        now = time.monotonic()
-        self.worst = max(self.worst, now - self._last)
-        self._last = now
-
-    async def __aenter__(self) -> Ticker:
-        self._task = asyncio.create_task(self._tick())
-        await asyncio.sleep(0.02)  # it has ticked once: the loop is measured from here
-        self.worst = 0.0
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._tick_now()  # a loop held until now never let it tick: that gap counts too
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
 
 
 @pytest_asyncio.fixture

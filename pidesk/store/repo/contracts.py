@@ -150,7 +150,7 @@ def has_open_contract(db: sqlite3.Connection, session_id: str) -> bool:
 
 # ---- permission requests and grants ------------------------------------------------
 
-_REQUEST_COLS = "id, session_id, turn_id, tool_call_id, tool, args, status, created_at, resolved_at"
+_REQUEST_COLS = "id, session_id, turn_id, tool_call_id, tool, args, status, created_at, resolved_at, preview"
 
 
 def _request(row: Row) -> PermissionRequest:
@@ -158,15 +158,15 @@ def _request(row: Row) -> PermissionRequest:
     return PermissionRequest(
         id=row[0], session_id=row[1], turn_id=row[2], tool_call_id=row[3], tool=row[4],
         args=args, status=PermissionStatus(row[6]), created_at=row[7], resolved_at=row[8],
-        escalated=is_escalation(row[4], args),
+        preview=json.loads(row[9]) if row[9] else None, escalated=is_escalation(row[4], args),
     )
 
 
 def insert_request(db: sqlite3.Connection, r: PermissionRequest) -> None:
     db.execute(
-        f"INSERT INTO permission_requests ({_REQUEST_COLS}) VALUES (?,?,?,?,?,?,?,?,?)",
+        f"INSERT INTO permission_requests ({_REQUEST_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
         (r.id, r.session_id, r.turn_id, r.tool_call_id, r.tool, json.dumps(r.args), r.status.value,
-         r.created_at, r.resolved_at),
+         r.created_at, r.resolved_at, json.dumps(r.preview) if r.preview is not None else None),
     )
 
 
