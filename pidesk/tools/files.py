@@ -79,7 +79,7 @@ _RG_MAX_COLUMNS: Final = 4 * MAX_GREP_LINE_CHARS
 # Every search: no config file, dot files too, files mapped (a long line is never buffered whole).
 _RG_WALK: Final = ("--no-config", "--hidden", "--mmap")
 # Never into .git: given after any glob of the model's, so it wins over them.
-_RG_NO_GIT: Final = ("--glob", "!.git")
+_RG_NO_GIT: Final = ("--iglob", "!.git")  # (any case: .GIT is .git where names are read without case)
 _GLOB_SPECIAL: Final = frozenset("*?[]{}!\\")
 
 

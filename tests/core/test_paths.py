@@ -33,6 +33,11 @@ SECRETS = [
     "id_ed25519",
     "id_ed25519.pub",
     "keys/id_ed25519_work",
+    # issue 29: names without case, as a case-insensitive file system reads them
+    ".Env",
+    ".ENV.local",
+    "Cert.PEM",
+    "ID_RSA",
 ]
 
 HOST_OWNED = [
@@ -45,6 +50,11 @@ HOST_OWNED = [
     "vendor/lib/.git/refs/heads/main",
     ".git",  # a worktree's .git file
     "sub/.git",
+    # issue 29: names without case
+    ".GIT/config",
+    ".Git/hooks/pre-commit",
+    ".PI/plan/x.md",
+    "sub/.GiT/HEAD",
 ]
 
 # Must stay allowed for Read *and* Write/Edit.
