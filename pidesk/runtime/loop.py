@@ -32,6 +32,7 @@ from pidesk.core.errors import Code
 from pidesk.core.policy import Allow, Deny, batch_is_exclusive_violation
 from pidesk.core.records import Block, Message, TextBlock, ThinkingBlock, ToolCallBlock, ToolResultBlock, Usage
 from pidesk.core.sizes import json_size
+from pidesk.core.text import scrub
 from pidesk.providers.base import Done, ModelRequest, Provider, TextDelta, ThinkingDelta, Thought, ToolCall, UsageReport
 from pidesk.runtime.gate import Slot, StepGate
 from pidesk.tools.base import ToolResult
@@ -207,14 +208,16 @@ class _Turn:
                     break
                 if isinstance(event, TextDelta):
                     begin()
-                    text.append(event.text)
-                    ctx.delta(message_id, event.text)
+                    delta = scrub(event.text)  # (what a model sends is kept as it came, less what UTF-8 cannot hold)
+                    text.append(delta)
+                    ctx.delta(message_id, delta)
                 elif isinstance(event, ThinkingDelta):
                     begin()
                 elif isinstance(event, Thought):
                     begin()
                     end_text()
-                    blocks.append(ThinkingBlock(text=event.text, redacted=event.redacted, opaque=event.opaque))
+                    blocks.append(ThinkingBlock(text=scrub(event.text), redacted=event.redacted,
+                                                opaque=scrub(event.opaque)))
                 elif isinstance(event, ToolCall):
                     begin()
                     calls.append(self.call_block(event))
@@ -233,11 +236,12 @@ class _Turn:
     def call_block(self, event: ToolCall) -> ToolCallBlock:
         """The call as kept: arguments over ``MAX_TOOL_ARGUMENTS`` are replaced by a note of their size."""
         size = json_size(event.args)
+        call_id, name = scrub(event.id), scrub(event.name)
         if size <= MAX_TOOL_ARGUMENTS:
-            return ToolCallBlock(id=event.id, name=event.name, args=event.args)
-        self.oversized[event.id] = size
+            return ToolCallBlock(id=call_id, name=name, args=scrub(event.args))
+        self.oversized[call_id] = size
         note = f"{size:,} bytes of arguments, over the {MAX_TOOL_ARGUMENTS:,}-byte limit: not kept"
-        return ToolCallBlock(id=event.id, name=event.name, args={"omitted": note})
+        return ToolCallBlock(id=call_id, name=name, args={"omitted": note})
 
     async def run_batch(self, calls: list[ToolCallBlock]) -> TurnEnd | None:
         ctx = self.ctx

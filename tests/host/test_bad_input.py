@@ -129,3 +129,21 @@ async def test_params_must_be_an_object(host, params):
     with pytest.raises(PideskError) as error:
         await host.call("host.status", params)
     assert error.value.code == "INVALID_PARAMS"
+
+
+@pytest.mark.asyncio
+async def test_a_lone_surrogate_from_the_model_is_kept_as_a_replacement_character(host, provider, project):
+    """Issue 29 item 10: "\\udcff" in a model's text or a tool call's arguments (a JSON escape decodes to it)
+    could not be written as UTF-8: the turn ended INTERNAL and the answer was lost. It is kept, the
+    surrogate shown as U+FFFD, and the turn goes on."""
+    from tests.scenario import ended, prompt, state
+
+    s = await session(host, project, permissionMode="auto")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], {"text": "odd \udcff text", "toolCalls": [{"name": "Read", "args": {"path": "x\udcff.md"}}]},
+                     {"text": "carried on"})
+    end = await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    assert (end.reason, end.error_code) == ("completed", None)
+    answer = [m for m in (await state(host, s["id"]))["messages"] if m["role"] == "assistant"]
+    assert answer[0]["content"][0]["text"] == "odd \ufffd text"
+    assert answer[0]["content"][1]["args"] == {"path": "x\ufffd.md"} and answer[-1]["content"][0]["text"] == "carried on"
