@@ -67,7 +67,7 @@ def make_workspace_tools(root: Path, *, env: Mapping[str, str] | None = None,
         "Write": make_write_tool(root),
         "Edit": make_edit_tool(root),
         "Bash": make_bash_tool(root, env=env, sandbox=sandbox, process_groups=process_groups),
-        "BrowserPreview": make_browser_preview_tool(root, host_dir=host_dir),
+        "BrowserPreview": make_browser_preview_tool(root, host_dir=host_dir, process_groups=process_groups),
     }
     if host_dir is not None:
         tools.update({name: guard(name, tools[name], root, host_dir) for name in PATH_TOOLS})

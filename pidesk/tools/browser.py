@@ -16,11 +16,13 @@ inside the root: screenshots go to a temporary directory.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import re
 import shutil
 import socket
 import tempfile
 import threading
+from collections import deque
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Final
@@ -29,18 +31,23 @@ from urllib.parse import quote, unquote, urlsplit
 from pidesk.core.errors import Code
 from pidesk.tools.base import Tool, ToolFailure, ToolResult
 from pidesk.tools.children import spawn
+from pidesk.tools.watchdog import GroupRecord, guard, release
 from pidesk.tools.workspace import resolve_for_read
 
 MAX_TEXT = 20_000
 FETCH_TIMEOUT = 10.0
 CHROMIUM_TIMEOUT = 30.0
 CHROMIUM_KILL_WAIT = 5.0  # how long a killed Chromium is waited for
+KEPT_PREVIEWS = 10  # screenshot directories kept (the newest)
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars")
 
 
-def make_browser_preview_tool(root: Path, *, chromium: str | None = None, host_dir: Path | None = None) -> Tool:
-    """``host_dir``: the host's data directory, which the preview's page server refuses too."""
+def make_browser_preview_tool(root: Path, *, chromium: str | None = None, host_dir: Path | None = None,
+                              process_groups: GroupRecord | None = None) -> Tool:
+    """``host_dir``: the host's data directory, which the preview's page server refuses too;
+    ``process_groups``: the store's record of running process groups, which boot kills (Chromium's
+    group is guarded as Bash's are: the watchdog kills it if the host dies)."""
     browser = chromium if chromium is not None else (shutil.which("chromium") or shutil.which("chromium-browser"))
 
     async def tool(args: dict[str, Any]) -> ToolResult:
@@ -53,9 +60,9 @@ def make_browser_preview_tool(root: Path, *, chromium: str | None = None, host_d
             # It gets the page from a loopback server that serves the workspace and nothing else.
             with WorkspaceServer(root, host_dir) as server:
                 page = server.url_for(Path(unquote(urlsplit(target).path)))
-                html, shot = await _render(browser, page)
+                html, shot = await _render(browser, page, process_groups)
         elif browser:
-            html, shot = await _render(browser, target)
+            html, shot = await _render(browser, target, process_groups)
         else:
             html, shot = await asyncio.to_thread(_fetch, target), None
         title, text = visible_text(html)
@@ -123,18 +130,37 @@ def _fetch(target: str) -> str:
         raise ToolFailure(None, f"could not load {target}: {exc}") from None
 
 
-async def _render(browser: str, target: str) -> tuple[str, str]:
-    shots = Path(tempfile.mkdtemp(prefix="pidesk-preview-"))
+async def _render(browser: str, target: str, process_groups: GroupRecord | None) -> tuple[str, str]:
+    shots = _screenshots()
     shot = shots / "screenshot.png"
     profile = shots / "profile"
     with _nowhere() as proxy:
         common = (*CHROMIUM_FLAGS, *loopback_only(proxy), f"--user-data-dir={profile}", "--window-size=1280,800")
         try:
-            dom = await _run(browser, *common, "--dump-dom", target)
-            await _run(browser, *common, f"--screenshot={shot}", target)
+            dom = await _run(process_groups, browser, *common, "--dump-dom", target)
+            await _run(process_groups, browser, *common, f"--screenshot={shot}", target)
         finally:
             shutil.rmtree(profile, ignore_errors=True)
     return dom, str(shot) if shot.exists() else ""
+
+
+_SHOTS: deque[Path] = deque()  # this process's preview directories, oldest first
+
+
+def _screenshots() -> Path:
+    """A new directory for a render's screenshot (and Chromium's profile meanwhile); only the
+    ``KEPT_PREVIEWS`` newest stay, and none past the process (they were never removed)."""
+    if not _SHOTS:
+        atexit.register(_remove_screenshots)
+    _SHOTS.append(Path(tempfile.mkdtemp(prefix="pidesk-preview-")))
+    while len(_SHOTS) > KEPT_PREVIEWS:
+        shutil.rmtree(_SHOTS.popleft(), ignore_errors=True)
+    return _SHOTS[-1]
+
+
+def _remove_screenshots() -> None:
+    while _SHOTS:
+        shutil.rmtree(_SHOTS.popleft(), ignore_errors=True)
 
 
 def loopback_only(proxy: int) -> tuple[str, ...]:
@@ -205,18 +231,33 @@ class WorkspaceServer:
         self._thread.join(timeout=5)
 
 
-async def _run(*argv: str) -> str:
-    """Chromium's standard output; on the deadline or cancellation its whole process group (the browser
-    and the renderers it started) is killed and waited for, bounded."""
+async def _run(process_groups: GroupRecord | None, *argv: str) -> str:
+    """Chromium's standard output; on the deadline (``TOOL_TIMEOUT``) or cancellation its whole process
+    group (the browser and the renderers it started) is killed and waited for, bounded. The group is
+    guarded meanwhile: if the host dies, its watchdog (or the next boot) kills it."""
     process = await spawn(argv, stderr=False, start_new_session=True)
     assert process.stdout is not None
+    try:
+        guarded = guard(process.pid, process_groups)
+    except OSError as exc:  # not recorded: it must not run on
+        await process.stop(CHROMIUM_KILL_WAIT)
+        raise ToolFailure(None, f"BrowserPreview: cannot record Chromium's process group: {exc}") from None
+    stopped = False
     try:
         async with asyncio.timeout(CHROMIUM_TIMEOUT):
             out = await process.stdout.read()
             await process.wait()
-    except (asyncio.CancelledError, TimeoutError):
-        await process.stop(CHROMIUM_KILL_WAIT)
+        stopped = True
+    except TimeoutError:
+        stopped = await process.stop(CHROMIUM_KILL_WAIT)
+        raise ToolFailure(Code.TOOL_TIMEOUT, f"the page did not finish loading within {CHROMIUM_TIMEOUT:.0f} s; "
+                                             "Chromium was stopped") from None
+    except asyncio.CancelledError:
+        stopped = await process.stop(CHROMIUM_KILL_WAIT)
         raise
+    finally:
+        if stopped:  # (one that would not stop stays guarded: the watchdog or boot kills it)
+            release(guarded, process_groups)
     return out.decode("utf-8", "replace")
 
 

@@ -211,3 +211,83 @@ async def test_a_rendered_page_cannot_reach_past_loopback_by_itself(tmp_path, br
     assert result.ok and "probe page" in result.output
     assert "/own-image" in allowed  # the page's own loopback request went through
     assert hits == []
+
+
+@pytest.fixture
+def stalling():
+    """A loopback page that never answers (until the test ends): ``(url, asked)``."""
+    asked, release = threading.Event(), threading.Event()
+
+    class Stalling(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            asked.set()
+            release.wait(60)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Stalling)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/stall", asked
+    release.set()
+    httpd.shutdown()
+
+
+@pytest.mark.asyncio
+async def test_a_page_that_never_loads_is_tool_timeout(tmp_path, browser, stalling, monkeypatch):
+    """Issue 29 item 10: Chromium's deadline ended the call INTERNAL; it is TOOL_TIMEOUT, Chromium stopped."""
+    import pidesk.tools.browser as browser_module
+
+    monkeypatch.setattr(browser_module, "CHROMIUM_TIMEOUT", 3.0)
+    url, _asked = stalling
+    result = await run_tool(make_browser_preview_tool(tmp_path, chromium=browser), {"url": url})
+    assert result.error_code == "TOOL_TIMEOUT" and "did not finish loading" in result.output
+    assert [p for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(int(p), url.encode())] == []
+
+
+STAND_IN_HOST = """
+import asyncio, sys
+from pathlib import Path
+from pidesk.tools import make_browser_preview_tool
+
+async def main(root, chromium, url):
+    await make_browser_preview_tool(Path(root), chromium=chromium)({"url": url})
+    print("survived", flush=True)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def test_chromium_dies_with_a_host_killed_mid_page(tmp_path, browser, stalling):
+    """Issue 29 item 9: BrowserPreview's Chromium (ten processes) outlived kill -9 of its host forever. Its
+    group is guarded like Bash's: the host's watchdog kills it the moment the host dies."""
+    import subprocess
+    import sys
+
+    url, asked = stalling
+    host = subprocess.Popen([sys.executable, "-c", STAND_IN_HOST, str(tmp_path), browser, url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert asked.wait(30), "Chromium never asked for the page"
+        leaders = [int(p) for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(int(p), url.encode())]
+        assert leaders and any(running_members(p) for p in leaders)
+        host.kill()
+        host.wait(timeout=10)
+        deadline = time.monotonic() + 10  # (a SIGKILLed group takes a moment to be gone: poll, bounded)
+        while any(running_members(p) for p in leaders) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(running_members(p) for p in leaders)
+    finally:
+        if host.poll() is None:
+            host.kill()
+        host.communicate(timeout=10)
+
+
+def test_only_the_newest_preview_directories_are_kept():
+    """Issue 29 item 10: every render left a /tmp/pidesk-preview-* directory behind, for ever."""
+    from pidesk.tools import browser as browser_module
+
+    made = [browser_module._screenshots() for _ in range(browser_module.KEPT_PREVIEWS + 3)]
+    assert [path.exists() for path in made] == [False] * 3 + [True] * browser_module.KEPT_PREVIEWS
+    browser_module._remove_screenshots()
+    assert not any(path.exists() for path in made)
