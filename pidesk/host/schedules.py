@@ -55,7 +55,7 @@ class Schedules:
 
     def create(self, name: Any, cron: Any, project_path: Any, prompt: Any, mode: Any = None,
                permission_mode: Any = None) -> Schedule:
-        label = validate.text(name, "name")
+        label = validate.label(name, "name")
         expression = validate.text(cron, "cron")
         from croniter import croniter  # type: ignore[import-untyped]  # 20 ms: only when schedules are used
 

@@ -31,7 +31,6 @@ from pidesk.store import repo
 
 
 log = logging.getLogger("pidesk.sessions")
-MAX_TITLE = 200
 PROMPT_TITLE = 60  # characters of the first prompt that name an untitled session
 _SPACE = re.compile(r"\s+")
 
@@ -63,7 +62,7 @@ class Sessions:
         now = now_iso()
         session = Session(
             id=session_id,
-            title=validate.text(title, "title") if title is not None else _default_title(str(project) if project else None),
+            title=validate.label(title, "title") if title is not None else _default_title(str(project) if project else None),
             project_path=str(project) if project else None,
             root=str(root),
             mode=chosen_mode,
@@ -95,7 +94,7 @@ class Sessions:
     def rename(self, session_id: Any, title: Any) -> Session:
         """A new title, whatever the session is doing (a label changes nothing it may do)."""
         session = self.p.session(validate.ident(session_id, "sessionId"))
-        name = _title(title)
+        name = validate.label(title, "title")
         if name != session.title:
             with self.p.store.db.tx() as db:
                 repo.update_session(db, session.id, title=name)
@@ -179,13 +178,6 @@ class Sessions:
         session = self.p.publish_session(session_id)
         assert session is not None
         return session
-
-
-def _title(value: Any) -> str:
-    name = validate.text(value, "title").strip()
-    if len(name) > MAX_TITLE:
-        raise InvalidParams(f"title is {len(name)} characters long; at most {MAX_TITLE} are allowed")
-    return name
 
 
 def _default_title(project_path: str | None) -> str:

@@ -21,6 +21,7 @@ from pidesk.core.records import Attachment
 E = TypeVar("E", bound=StrEnum)
 
 MAX_TEXT = 1_000_000
+MAX_NAME = 200  # characters of a name a person gives: a session's title, a schedule's name
 INT64_MAX = 2**63 - 1
 
 
@@ -34,18 +35,28 @@ def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
     return value
 
 
+def label(value: Any, name: str) -> str:
+    """A name a person gives (a session's title, a schedule's name): text, trimmed, at most ``MAX_NAME``
+    characters — one limit wherever a name is set."""
+    trimmed = text(value, name).strip()
+    if len(trimmed) > MAX_NAME:
+        raise InvalidParams(f"{name} is {len(trimmed):,} characters long; at most {MAX_NAME} are allowed")
+    return trimmed
+
+
 def project_dir(value: Any, name: str = "projectPath", *, must_exist: bool = True) -> Path:
     """An absolute project directory, resolved (symlinks followed); anything unusable is INVALID_PARAMS."""
     raw = text(value, name)
     try:
         path = Path(raw).expanduser()
         if not path.is_absolute():
-            raise InvalidParams(f"{name} must be an absolute path; got {raw!r}")
+            raise InvalidParams(f"{name} must be an absolute path; got {brief(raw)}")
         resolved = path.resolve()
         if must_exist and not resolved.is_dir():
-            raise InvalidParams(f"{name} {raw!r} is not a directory")
+            raise InvalidParams(f"{name} {brief(raw)} is not a directory")
     except (OSError, RuntimeError, ValueError) as exc:  # ~nosuchuser, a symlink loop, a name too long
-        raise InvalidParams(f"{name} {raw!r} is not a usable path: {exc}") from None
+        raise InvalidParams(f"{name} {brief(raw)} is not a usable path: "
+                            f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from None
     return resolved
 
 

@@ -85,6 +85,10 @@ CASES: list[tuple[str, dict, str]] = [
     ("schedules.create", {"name": "n", "cron": "* * * * *", "projectPath": "rel", "prompt": "p"}, "INVALID_PARAMS"),
     ("schedules.create", {"name": "n", "cron": "* * * * *", "projectPath": "/tmp", "prompt": "p", "mode": "x"},
      "INVALID_PARAMS"),
+    # issue 29 item 10: one limit wherever a name is set (rename allowed 200, create 100,000)
+    ("session.create", {"title": "t" * 201}, "INVALID_PARAMS"),
+    ("schedules.create", {"name": "n" * 201, "cron": "* * * * *", "projectPath": "/usr", "prompt": "p"},
+     "INVALID_PARAMS"),
     ("schedules.list", {"x": 1}, "INVALID_PARAMS"),
     ("schedules.delete", {"scheduleId": UNKNOWN}, "NOT_FOUND"),
     ("schedules.runNow", {"scheduleId": UNKNOWN}, "NOT_FOUND"),
@@ -147,3 +151,11 @@ async def test_a_lone_surrogate_from_the_model_is_kept_as_a_replacement_characte
     answer = [m for m in (await state(host, s["id"]))["messages"] if m["role"] == "assistant"]
     assert answer[0]["content"][0]["text"] == "odd \ufffd text"
     assert answer[0]["content"][1]["args"] == {"path": "x\ufffd.md"} and answer[-1]["content"][0]["text"] == "carried on"
+
+
+@pytest.mark.asyncio
+async def test_a_huge_bad_path_is_not_echoed_back(host):
+    """Issue 29 item 10: an INVALID_PARAMS for a 100,000-character path echoed it, twice."""
+    with pytest.raises(PideskError) as refused:
+        await host.call("session.create", {"projectPath": "/" + "a" * 100_000})
+    assert refused.value.code == "INVALID_PARAMS" and len(refused.value.message) < 300
