@@ -184,11 +184,12 @@ def doctor(data_dir: Path | None, as_json: bool) -> None:
                 click.echo(sandbox_line(report["sandbox"]))
             for session_id in report["missingTranscripts"]:
                 click.echo(f"session without a transcript: {session_id}")
+            _say_lost(report.get("lostMessages") or {})
             for path in report["quarantined"]:
                 click.echo(f"quarantined tail: {path}")
             click.echo(f"repairs (rebuilding the index from the transcripts) need the host stopped: stop it "
                        f"(Ctrl+C where it runs, or kill {remote.pid}), then run `pidesk doctor` again")
-        if report["integrity"] != "ok" or report["missingTranscripts"]:
+        if report["integrity"] != "ok" or report["missingTranscripts"] or report.get("lostMessages"):
             sys.exit(1)
         return
 
@@ -199,6 +200,7 @@ def doctor(data_dir: Path | None, as_json: bool) -> None:
     lock = DataDirLock(config.data_dir)
     try:
         store = Store(config.data_dir)
+        lost = store.lost_messages()  # (before the rebuild, which would index the transcripts as they are now)
         rebuilt = store.rebuild_index()
         quarantined = [str(p) for p in store.transcripts.quarantined()]
         store.close()
@@ -210,7 +212,7 @@ def doctor(data_dir: Path | None, as_json: bool) -> None:
             "dataDir": str(config.data_dir), "host": None, "repaired": True, "integrity": rebuilt.integrity,
             "sessions": rebuilt.sessions, "messages": rebuilt.messages,
             "restoredSessions": rebuilt.boot.restored_sessions, "missingTranscripts": rebuilt.missing_transcripts,
-            "quarantined": quarantined, "sandbox": sandbox}, indent=2))
+            "quarantined": quarantined, "lostMessages": lost, "sandbox": sandbox}, indent=2))
     else:
         click.echo(f"integrity: {rebuilt.integrity}")
         click.echo(f"rebuilt: {rebuilt.sessions} sessions, {rebuilt.messages} messages from their transcripts")
@@ -219,10 +221,17 @@ def doctor(data_dir: Path | None, as_json: bool) -> None:
             click.echo(f"restored orphaned session: {session_id}")
         for session_id in rebuilt.missing_transcripts:
             click.echo(f"session without a transcript: {session_id}")
+        _say_lost(lost)
         for path in quarantined:
             click.echo(f"quarantined tail: {path}")
-    if rebuilt.integrity != "ok" or rebuilt.missing_transcripts:
+    if rebuilt.integrity != "ok" or rebuilt.missing_transcripts or lost:
         sys.exit(1)
+
+
+def _say_lost(lost: dict[str, int]) -> None:
+    for session_id, count in lost.items():
+        click.echo(f"session {session_id}: its transcript lost {count} acknowledged message"
+                   f"{'s' if count != 1 else ''} (rewritten outside the host)")
 
 
 @main.command()

@@ -6,6 +6,8 @@ itself; it asks the host instead. This only looks — it changes no byte on disk
 - ``integrity``: SQLite's ``PRAGMA integrity_check`` of the index ("ok", else what it found);
 - ``missingTranscripts``: sessions the index holds whose transcript is gone;
 - ``quarantined``: torn transcript tails set aside at a boot (``*.jsonl.quarantine-*``);
+- ``lostMessages``: sessions whose transcript no longer holds messages the index acknowledged
+  (session id -> how many): something outside the host rewrote it;
 - ``model``: the model this host runs (``pidesk run --model`` compares it with its own).
 
 The repairs — rebuilding the index from the transcripts, quarantining a torn tail, restoring an
@@ -43,4 +45,5 @@ def _look(parts: Parts) -> dict[str, Any]:
         "sessions": len(indexed),
         "missingTranscripts": sorted(gone),
         "quarantined": [str(path) for path in store.transcripts.quarantined()],
+        "lostMessages": store.lost_messages(),
     }

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from pidesk.core.errors import StoreError
 from pidesk.core.modes import Mode, PermissionMode, PlanState, SessionStatus
 from pidesk.core.records import Block, Message, Session
@@ -321,6 +323,27 @@ class Store:
                 self._reindex_tail(session_id, mark[1], report)
         return report
 
+    def lost_messages(self) -> dict[str, int]:
+        """Sessions whose transcript no longer holds messages the index says it does (acknowledged, so
+        never to be lost): session id -> how many. Each indexed message must still be at its offset,
+        under its id. Reads every transcript: for ``doctor``, off the event loop."""
+        self.flush()
+        with self.db.read() as db:
+            sessions = list(repo.session_watermarks(db))
+        lost: dict[str, int] = {}
+        for session_id in sessions:
+            try:
+                data = self.transcripts.path(session_id).read_bytes()
+            except FileNotFoundError:
+                continue  # (a missing transcript is reported as such)
+            with self.db.read() as db:
+                spans = repo.message_spans(db, session_id)
+            missing = sum(1 for message_id, offset, length in spans
+                          if not _holds(data[offset:offset + length], message_id))
+            if missing:
+                lost[session_id] = missing
+        return lost
+
     def rebuild_index(self) -> DoctorReport:
         """Check the index's integrity and rebuild every message row from the transcripts."""
         self.flush()
@@ -412,3 +435,11 @@ def _row(message: Message, offset: int, length: int) -> IndexRow:
 
 
 __all__ = ["BootReport", "DoctorReport", "Store"]
+
+
+def _holds(line: bytes, message_id: str) -> bool:
+    """Whether ``line`` is the transcript line of message ``message_id``."""
+    try:
+        return decode_message(line).id == message_id
+    except (msgspec.DecodeError, ValueError):
+        return False

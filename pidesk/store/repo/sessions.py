@@ -126,6 +126,12 @@ def session_watermarks(db: sqlite3.Connection) -> dict[str, tuple[int, int]]:
     return {r[0]: (r[1], r[2]) for r in db.execute("SELECT id, last_seq, indexed_bytes FROM sessions")}
 
 
+def message_spans(db: sqlite3.Connection, session_id: str) -> list[tuple[str, int, int]]:
+    """(id, offset, length) of every indexed message of a session: where its transcript holds it."""
+    return [(r[0], r[1], r[2]) for r in db.execute(
+        "SELECT id, offset, length FROM messages WHERE session_id = ? ORDER BY seq", (session_id,))]
+
+
 def count_sessions(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT count(*) FROM sessions").fetchone()[0])
 
