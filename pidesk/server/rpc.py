@@ -14,6 +14,7 @@ Requests without an ``id`` are notifications and get no response.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -27,6 +28,7 @@ log = logging.getLogger("pidesk.rpc")
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, SERVER_ERROR = -32700, -32600, -32601, -32602, -32000
 MAX_FRAME = 16 * 1024 * 1024
 MAX_BATCH = 1000
+MAX_BATCH_REPLY = 32 * 1024 * 1024  # bytes of answers a batch may build; the rest is not run
 
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
@@ -71,10 +73,32 @@ async def handle_frame(host: Host, raw: bytes | str, client_id: str) -> Any:
         if len(message) > MAX_BATCH:
             return error(None, INVALID_REQUEST, f"a batch holds at most {MAX_BATCH} requests",
                          Code.LIMIT_EXCEEDED.value)
-        responses = [await handle_request(host, item, client_id) for item in message]
-        answered = [r for r in responses if r is not None]
-        return answered or None
+        return await _handle_batch(host, message, client_id)
     return await handle_request(host, message, client_id)
+
+
+async def _handle_batch(host: Host, batch: list[Any], client_id: str) -> list[msgspec.Raw] | None:
+    """The batch's answers, each encoded as it comes, the loop given a turn between two; once they pass
+    ``MAX_BATCH_REPLY`` bytes the rest are answered LIMIT_EXCEEDED without running (issue 29: a 5.6 KB
+    batch of 100 ``session.list`` over 10,000 sessions built a 405 MB reply and held the loop 17 s)."""
+    answered: list[msgspec.Raw] = []
+    size = 0
+    for item in batch:
+        if size > MAX_BATCH_REPLY:
+            request_id = item.get("id") if isinstance(item, dict) and _valid_id(item.get("id")) else None
+            if isinstance(item, dict) and "id" not in item:
+                continue  # (a notification: no answer either way)
+            response: dict[str, Any] | None = error(
+                request_id, SERVER_ERROR, f"not run: this batch's answers passed {MAX_BATCH_REPLY // (1 << 20)} MiB",
+                Code.LIMIT_EXCEEDED.value)
+        else:
+            response = await handle_request(host, item, client_id)
+            await asyncio.sleep(0)
+        if response is not None:
+            encoded = encode(response)
+            size += len(encoded)
+            answered.append(msgspec.Raw(encoded))
+    return answered or None
 
 
 def _valid_id(value: Any) -> bool:

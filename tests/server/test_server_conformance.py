@@ -717,12 +717,10 @@ async def test_persistence_failure_reaches_the_client_and_changes_nothing(served
     before = await served.snapshot()
     events = len(c.events)
     with DiskFull(served):
-        attempts = [
-            ("agent.queue.push", {"sessionId": s["id"], "text": BIG}),
-            ("session.create", {"projectPath": str(served.project), "title": BIG}),
-        ]
-        for method, params in attempts:
-            rpc_error(await c.error(method, params), -32000, "PERSISTENCE_FAILURE")
+        rpc_error(await c.error("agent.queue.push", {"sessionId": s["id"], "text": BIG}), -32000, "PERSISTENCE_FAILURE")
+    with StoreLocked(served):  # (a title is at most 200 characters now: too small to need a new page)
+        rpc_error(await c.error("session.create", {"projectPath": str(served.project)}), -32000,
+                  "PERSISTENCE_FAILURE")
     assert await served.snapshot() == before
     assert c.events[events:] == []
     got = await c.call("session.get", {"sessionId": s["id"]})
@@ -751,9 +749,8 @@ async def test_a_locked_store_is_persistence_failure(served):
 async def test_a_failed_session_create_stays_absent_after_a_restart(start_server, provider):
     served = await start_server(provider=provider)
     c = await served.ws()
-    with DiskFull(served):
-        rpc_error(await c.error("session.create", {"projectPath": str(served.project), "title": BIG}),
-                  -32000, "PERSISTENCE_FAILURE")
+    with StoreLocked(served):
+        rpc_error(await c.error("session.create", {"projectPath": str(served.project)}), -32000, "PERSISTENCE_FAILURE")
     assert (await c.call("session.list"))["sessions"] == []
     await start_server.handles[0].stop()
     host = Host.open(HostConfig(data_dir=served.data_dir), ScriptedProvider())

@@ -296,3 +296,29 @@ async def test_host_hello_takes_only_the_integer_version(served):
         error = await c.error("host.hello", {"protocolVersion": value})
         assert (error.code, error.data_code) == (-32000, "PROTOCOL_MISMATCH"), (value, error.response)
     assert (await c.call("host.hello", {"protocolVersion": 1}))["protocolVersion"] == 1
+
+
+@pytest.mark.asyncio
+async def test_a_batch_stops_running_once_its_answers_pass_the_bound(served, monkeypatch):
+    """Issue 29 item 7: a 5.6 KB batch of 100 session.list over 10,000 sessions built a 405 MB reply (17 s on
+    the loop, 1.6 GB). Once a batch's answers pass the bound, the rest is answered LIMIT_EXCEEDED and not
+    run (here the bound is made small: a few session lists), over HTTP and over a WebSocket alike."""
+    from pidesk.server import rpc
+
+    for n in range(20):
+        await served.call("session.create", {"title": f"session {n} " + "x" * 150})
+    monkeypatch.setattr(rpc, "MAX_BATCH_REPLY", 20_000)  # ~ four answers of 20 sessions
+    batch = [{"jsonrpc": "2.0", "id": i, "method": "session.list"} for i in range(10)]
+    batch += [{"jsonrpc": "2.0", "id": 10, "method": "session.create", "params": {"title": "after the bound"}}]
+    answers = (await served.post(batch)).json()
+    assert [a["id"] for a in answers] == list(range(11))
+    ran = [a for a in answers if "result" in a]
+    refused = [a for a in answers if "error" in a]
+    assert 1 <= len(ran) < 10 and len(ran) + len(refused) == 11
+    assert {a["error"]["data"]["code"] for a in refused} == {"LIMIT_EXCEEDED"}
+    titles = [s["title"] for s in (await served.call("session.list"))["sessions"]]
+    assert "after the bound" not in titles  # not run
+    client = await served.ws()
+    await client.send_raw(json.dumps(batch))
+    over_ws = await client.reply()
+    assert [a["id"] for a in over_ws] == list(range(11)) and "error" in over_ws[-1]
