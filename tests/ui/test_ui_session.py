@@ -316,9 +316,9 @@ async def _scroll_to_top_until(page, count: int) -> None:
     could land after a single scroll to the top, leaving it short of the top (a CI run saw 400 of 450)."""
     await page.wait_for_function(
         """count => {
-            const transcript = document.querySelector('#transcript');
-            transcript.scrollTop = 0;
-            return document.querySelectorAll('.msg .user-text, .msg-assistant .md').length >= count;
+            if (document.querySelectorAll('.msg .user-text, .msg-assistant .md').length >= count) return true;
+            document.querySelector('#transcript').scrollTop = 0;  // (only while short: never a page too many)
+            return false;
         }""", arg=count, polling=100, timeout=10_000)
 
 
@@ -345,6 +345,7 @@ async def test_a_long_session_opens_on_its_newest_page_and_pages_back_on_scroll(
     first_seen = await texts.first.text_content()
     assert first_seen == "user message number 251"
     await _scroll_to_top_until(page, 400)
+    await expect(texts).to_have_count(400)
     assert await texts.nth(200).text_content() == "user message number 251"  # older page prepended in place
     await _scroll_to_top_until(page, 450)
     await expect(texts).to_have_count(450)
