@@ -91,10 +91,12 @@ from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's client w
 from pidesk import __version__
 from pidesk.core.errors import Code, InvalidParams
 from pidesk.core.policy import PluginRisk
+from pidesk.plugins import mcp_lines
 from pidesk.plugins.mcp_config import McpServerConfig, expand_headers, server_config
 from pidesk.tools.base import ToolResult
 
 log = logging.getLogger("pidesk.plugins.mcp")
+mcp_lines.install()  # stdio servers' answers read in whole lines, linear and bounded (plugins/mcp_lines.py)
 
 PREFIX: Final = "mcp__"
 DEFAULT_START_TIMEOUT: Final = 30.0  # seconds to spawn, handshake and list tools

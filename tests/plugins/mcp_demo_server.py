@@ -1,8 +1,8 @@
 """A real MCP stdio server for the plugin tests: run it with ``sys.executable``.
 
 Tools: ``echo``, ``write_marker``, ``fail`` (an isError result),
-``pid`` (the process id, to check ``close()``), ``sleep`` (for cancellation)
-and ``crash`` (``os._exit(1)`` mid-call).
+``pid`` (the process id, to check ``close()``), ``sleep`` (for cancellation),
+``big`` (a result of N megabytes) and ``crash`` (``os._exit(1)`` mid-call).
 """
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ async def sleep(seconds: float) -> str:
     """Sleep, then say so."""
     await asyncio.sleep(seconds)
     return "slept"
+
+
+@server.tool()
+def big(megabytes: int) -> str:
+    """A result of that many megabytes (one JSON line on stdout)."""
+    return "x" * (megabytes * 1024 * 1024)
 
 
 @server.tool()

@@ -7,9 +7,11 @@ their registry healthy share one, on a module-scoped event loop.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from pidesk.plugins.mcp_tools import McpServerConfig, McpTools
 from tests.scenario import gone
 
 SERVER = str(Path(__file__).with_name("mcp_demo_server.py"))
-DEMO_TOOLS = ["echo", "write_marker", "fail", "pid", "sleep", "crash"]
+DEMO_TOOLS = ["echo", "write_marker", "fail", "pid", "sleep", "big", "crash"]
 
 
 def demo(name: str = "demo", risk: PluginRisk = PluginRisk.MEDIUM, *, enabled: bool = True) -> McpServerConfig:
@@ -219,3 +221,32 @@ async def test_close_leaves_no_server_process() -> None:
 def test_server_names_must_be_unique() -> None:
     with pytest.raises(InvalidParams, match="repeated: demo"):
         McpTools([demo(), demo()])
+
+
+@shared
+async def test_a_huge_answer_fails_its_call_at_once_and_the_server_answers_the_next(registry: McpTools) -> None:
+    """Issue 29 item 8: the SDK joined a long stdout line chunk by chunk (quadratic): a 50 MB result took 41 s
+    of the event loop and the server's later calls all timed out. Its lines are read whole and bounded now:
+    an answer past 16 MiB fails its call at once, and the next call is answered as usual."""
+    began = time.monotonic()
+    huge = await registry.call("mcp__demo__big", {"megabytes": 40})
+    assert not huge.ok and "longer than 16 MiB" in huge.output
+    fits = await registry.call("mcp__demo__big", {"megabytes": 2})
+    assert fits.ok and "more characters cut" in fits.output  # (read whole; the model gets its head)
+    assert (await registry.call("mcp__demo__echo", {"text": "after"})).output == "after"
+    assert time.monotonic() - began < 30
+
+
+def test_whole_lines_splits_like_the_sdk_would_and_drops_only_what_is_too_long() -> None:
+    from pidesk.plugins import mcp_lines
+
+    lines = mcp_lines.WholeLines(None)
+    assert lines._take(b'{"a":') == "" and lines._take(b'1}\n{"b":2}\n{"c"') == '{"a":1}\n{"b":2}\n'
+    assert lines._take(b':3}\n') == '{"c":3}\n'
+    start = b'{"jsonrpc":"2.0","id":7,"result":"'
+    assert lines._take(start + b"x" * (mcp_lines.MAX_LINE + 10)) == ""  # too long: dropped as it comes
+    assert lines._take(b"x" * 100) == ""
+    answered = lines._take(b'"}\n{"jsonrpc":"2.0","id":8,"result":{}}\n')
+    first, second = answered.splitlines()
+    assert json.loads(first)["id"] == 7 and "longer than 16 MiB" in json.loads(first)["error"]["message"]
+    assert json.loads(second) == {"jsonrpc": "2.0", "id": 8, "result": {}}
