@@ -15,6 +15,7 @@ import asyncio
 import functools
 import inspect
 import re
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
@@ -55,6 +56,7 @@ from pidesk.tools.sandbox import SandboxStatus
 DEFAULT_PAGE = 200
 MAX_ATTACHMENT = 10 * 1024 * 1024
 MAX_PAGE = 1000
+SANDBOX_RECHECK_S = 10.0  # how often an unavailable sandbox is looked at again (host.hello, host.doctor)
 
 
 class Host:
@@ -78,13 +80,14 @@ class Host:
         self.turns.after_turn = self._after_turn
         self.recovery: Recovery | None = None
         self._sandbox: SandboxStatus | None = None
+        self._sandbox_at = 0.0  # when it was last found (time.monotonic)
         self._scheduler: asyncio.Task[None] | None = None
         self.hooks: EventHooks | None = None
         if config.mcp_servers:
             from pidesk.plugins.mcp_tools import McpTools
 
             p.plugin_tools = McpTools.from_config(config.mcp_servers, source=config.mcp_source,
-                                                  environ=config.mcp_environ)
+                                                  environ=config.mcp_environ, process_groups=store.process_groups)
 
     @classmethod
     def open(cls, config: HostConfig, provider: Provider, clock: Callable[[], datetime] = utcnow,
@@ -196,11 +199,13 @@ class Host:
         return {**await doctor.look(self.parts), "sandbox": (await self.sandbox_status(fresh=True)).to_wire()}
 
     async def sandbox_status(self, *, fresh: bool = False) -> SandboxStatus:
-        """Which sandbox Bash runs in, found by starting one (off the loop) once; again while it is
-        unavailable (bubblewrap installed meanwhile works at once), or when ``fresh`` (doctor)."""
-        known = self._sandbox
-        if known is None or fresh or (known.enabled and not known.available):
-            known = self._sandbox = await asyncio.to_thread(sandbox_status, self.parts.config)
+        """Which sandbox Bash runs in, found by starting one (off the loop) once; while it is unavailable,
+        again at most every ``SANDBOX_RECHECK_S`` (bubblewrap installed meanwhile is seen), or when ``fresh``
+        (doctor)."""
+        known, now = self._sandbox, time.monotonic()
+        if known is None or fresh or (known.enabled and not known.available and now - self._sandbox_at > SANDBOX_RECHECK_S):
+            known, self._sandbox_at = await asyncio.to_thread(sandbox_status, self.parts.config), now
+            self._sandbox = known
         return known
 
     # ---- session.* --------------------------------------------------------------------

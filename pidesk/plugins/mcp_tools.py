@@ -94,6 +94,8 @@ from pidesk.core.policy import PluginRisk
 from pidesk.plugins import mcp_lines
 from pidesk.plugins.mcp_config import McpServerConfig, expand_headers, server_config
 from pidesk.tools.base import ToolResult
+from pidesk.tools.reaper import running_members
+from pidesk.tools.watchdog import GroupRecord, Guarded, guard, release
 
 log = logging.getLogger("pidesk.plugins.mcp")
 mcp_lines.install()  # stdio servers' answers read in whole lines, linear and bounded (plugins/mcp_lines.py)
@@ -140,6 +142,15 @@ def risk_from_annotations(tool: mcp_types.Tool) -> tuple[PluginRisk, RiskSource]
     return PluginRisk.MEDIUM, "hints"
 
 
+@asynccontextmanager
+async def _then(transport: Any, entered: Callable[[], None]) -> AsyncIterator[Any]:
+    """``transport``, with ``entered()`` called once it is entered (a stdio server spawned), before the
+    client uses its streams."""
+    async with transport as streams:
+        entered()
+        yield streams
+
+
 class _Connection:
     """One spawned server process and its client session, owned by one task.
 
@@ -148,7 +159,8 @@ class _Connection:
     whatever reason; ``error`` then says why, unless it was asked to stop.
     """
 
-    def __init__(self, config: McpServerConfig, start_timeout: float, environ: Mapping[str, str]) -> None:
+    def __init__(self, config: McpServerConfig, start_timeout: float, environ: Mapping[str, str],
+                 process_groups: GroupRecord | None = None) -> None:
         self.config = config
         self.client: Client | None = None
         self.ended = False
@@ -156,6 +168,10 @@ class _Connection:
         self.ready: asyncio.Future[list[mcp_types.Tool]] = asyncio.get_running_loop().create_future()
         self.ready.add_done_callback(_consume_exception)
         self.process: tuple[int, str] | None = None  # a stdio server's (pid, start time), once started
+        # a stdio server leads its own process group (the SDK starts it so): guarded as a Bash call's is,
+        # so the watchdog (or the next boot) kills it, and what it started, if the host dies
+        self._groups = process_groups
+        self._guarded: Guarded | None = None
         self._environ = environ
         self._start_timeout = start_timeout
         self._stop = asyncio.Event()
@@ -177,8 +193,6 @@ class _Connection:
                 ) as client:
                     tools = await _list_all_tools(client)
                     scope.deadline = math.inf  # started: from now on only stop() ends it
-                    if self.config.url is None:
-                        self.process = _child_writing_to(self._stderr)
                     self.client = client
                     self.ready.set_result(tools)
                     await self._stop.wait()
@@ -187,6 +201,8 @@ class _Connection:
         except Exception as exc:
             self._fail(exc)
         finally:
+            if self._guarded is not None and not running_members(self._guarded[0]):  # (the SDK stopped it)
+                release(self._guarded, self._groups)
             self.client = None
             self.ended = True
             if not self.ready.done():
@@ -199,12 +215,18 @@ class _Connection:
             params = StdioServerParameters(
                 command=self.config.command[0], args=self.config.command[1:], env=self.config.env
             )
-            yield stdio_client(params, errlog=self._stderr)
+            yield _then(stdio_client(params, errlog=self._stderr), self._spawned)
             return
         async with AsyncExitStack() as stack:
             http = await stack.enter_async_context(
                 create_mcp_http_client(headers=expand_headers(self.config, self._environ)))
             yield streamable_http_client(self.config.url, http_client=http)
+
+    def _spawned(self) -> None:
+        """The stdio server runs (before it is asked anything): find its process and guard its group."""
+        self.process = _child_writing_to(self._stderr)
+        if self.process is not None:
+            self._guarded = guard(self.process[0], self._groups)
 
     def alive(self) -> bool:
         """False once the stdio server's process is known to be gone (True while unknown: HTTP, starting)."""
@@ -275,9 +297,10 @@ class McpTools:
 
     def __init__(self, configs: Sequence[McpServerConfig], *, start_timeout: float = DEFAULT_START_TIMEOUT,
                  environ: Mapping[str, str] | None = None, broken: Mapping[str, str] | None = None,
-                 lazy: bool = False) -> None:
+                 lazy: bool = False, process_groups: GroupRecord | None = None) -> None:
         """``environ``: what ``${NAME}`` in headers may name; ``broken``: server name → why its table
-        was refused; ``lazy``: the first turn starts the servers (``before_turn``)."""
+        was refused; ``lazy``: the first turn starts the servers (``before_turn``); ``process_groups``:
+        the store's record of running process groups, which boot kills (stdio servers are written to it)."""
         names = [c.name for c in configs]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -286,6 +309,7 @@ class McpTools:
         self._broken = dict(broken or {})
         self._environ = dict(environ or {})
         self._start_timeout = start_timeout
+        self._process_groups = process_groups
         self._retiring: set[_Connection] = set()
         self._starting: set[asyncio.Task[Any]] = set()
         self.lazy = lazy
@@ -293,7 +317,7 @@ class McpTools:
 
     @classmethod
     def from_config(cls, tables: Any, *, source: str = "config", environ: Mapping[str, str] | None = None,
-                    lazy: bool = False) -> McpTools:
+                    lazy: bool = False, process_groups: GroupRecord | None = None) -> McpTools:
         """A registry of the ``[plugins.mcp]`` tables as read from ``source`` (the config file). A table
         that is not valid disables that server only: logged now, listed as failed with the fix."""
         configs: list[McpServerConfig] = []
@@ -309,7 +333,7 @@ class McpTools:
                     broken[str(name)] = exc.message
         for name, why in broken.items():
             log.warning("MCP server %s is disabled: %s", name, why)
-        return cls(configs, environ=environ, broken=broken, lazy=lazy)
+        return cls(configs, environ=environ, broken=broken, lazy=lazy, process_groups=process_groups)
 
     async def start(self) -> None:
         """Spawn every enabled server not yet running, concurrently, and wait for each to be ready or
@@ -471,7 +495,8 @@ class McpTools:
                 self._report(server, f"exited while idle ({conn.error or 'its process is gone'}); restarting", tail)
                 conn = None
             if conn is None:
-                conn = server.conn = _Connection(server.config, self._start_timeout, self._environ)
+                conn = server.conn = _Connection(server.config, self._start_timeout, self._environ,
+                                                 self._process_groups)
             try:
                 tools = await asyncio.shield(conn.ready)
             except Exception as exc:

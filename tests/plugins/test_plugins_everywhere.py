@@ -345,3 +345,37 @@ async def test_the_npm_server_everything_runs_without_its_task_only_tool() -> No
         assert (echoed.ok, echoed.output) == (True, "Echo: hi")
     finally:
         await tools.close()
+
+
+def test_a_stdio_server_that_ignores_eof_dies_with_a_host_killed_9(tmp_path: Path) -> None:
+    """Issue 29 item 9: a stdio MCP server that ignores its stdin closing (and SIGTERM) outlived kill -9 of
+    the host for ever, and a restart started a second copy beside it. Its process group is guarded from
+    the moment it is spawned, as a Bash call's is: the host's watchdog kills it when the host dies, and
+    should the host die before the watchdog heard of it, the restarted host kills it at boot."""
+    pid_file = tmp_path / "hang.pid"
+    env = cli_env(tmp_path, f'[plugins.mcp.hang]\ncommand = {toml_list(hanging(pid_file, stubborn=True))}\n'
+                            'risk = "low"\n')
+    argv = [sys.executable, "-m", "pidesk", "serve", "--data-dir", str(tmp_path / "data"), "--no-open", "--port", "0"]
+    hosts = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)]
+    try:
+        hang_pid = asyncio.run(pid_from_file(pid_file, timeout=30))
+        record = tmp_path / "data" / "process-groups"
+        deadline = time.monotonic() + 30  # guarded: in the host's durable record
+        while f"+ {hang_pid} " not in (record.read_text() if record.exists() else "") \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not gone(hang_pid)
+        pid_file.unlink()
+        hosts[0].kill()
+        hosts[0].wait(timeout=10)
+        hosts.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        second = asyncio.run(pid_from_file(pid_file, timeout=30))  # the restarted host's own copy
+        assert second != hang_pid and gone(hang_pid), "the first MCP server outlived its host's kill -9"
+    finally:
+        for popen in hosts:
+            if popen.poll() is None:
+                popen.kill()
+                popen.wait(timeout=10)
+            for stream in (popen.stdout, popen.stderr):
+                if stream is not None:
+                    stream.close()
