@@ -17,7 +17,10 @@ The cases (full size; ``--quick`` shrinks the large ones):
 - ``plans-get``: ``plans.get`` (×3) of a pending plan of ``"[]("`` repeated to 990 KB;
 - ``read-1g``: Read of a 1 GiB file with no newline;
 - ``bash-100m``: a Bash command printing 100 MB;
-- ``args-10m``: a Write whose arguments are 10 MB (refused past 1 MiB: ``INVALID_ARGUMENTS``).
+- ``args-10m``: a Write whose arguments are 10 MB (refused past 1 MiB: ``INVALID_ARGUMENTS``);
+- ``write-preview``: a Write rewriting a 10,000-line file under ``ask``, its request read back ten
+  times (issue 29: its diff held the loop 13-18 s, every read again);
+- ``list-batch``: one batch of 100 ``session.list`` over 5,000 sessions (issue 29: a 405 MB reply).
 
 ``run_cases(quick=True)`` is also what the CI-size test (tests/server/test_loop_stall.py) runs.
 
@@ -76,6 +79,8 @@ class Case:
     script: Callable[[bool], list[dict[str, Any]]]  # the model's responses
     drive: Callable[[rpc_load.Ws, str, bool], Awaitable[str]]  # runs the case; says what it answered
     mode: str = "agent"
+    permission: str = "auto"
+    prepare: Callable[[rpc_load.Server, bool], Awaitable[None]] | None = None  # before the measured window
 
 
 @dataclass
@@ -110,6 +115,16 @@ def _big_line(project: Path, quick: bool) -> None:
             file.write(chunk)
 
 
+def _big_module(project: Path, quick: bool) -> None:
+    (project / "big.py").write_text("".join(f"value_{i} = {i}\n" for i in range(2_000 if quick else 10_000)))
+
+
+def _rewrite(quick: bool) -> list[dict[str, Any]]:
+    lines = 2_000 if quick else 10_000
+    return _tool("Write", path="big.py", content="".join(f"value_{i} = {i * 2 if i % 7 == 0 else i}\n"
+                                                        for i in range(lines)))
+
+
 def _tool(name: str, **args: Any) -> list[dict[str, Any]]:
     return [{"toolCalls": [{"name": name, "args": args}]}, {"text": "done"}]
 
@@ -138,6 +153,34 @@ async def _turn(ws: rpc_load.Ws, sid: str, _quick: bool) -> str:
     results = [b for m in state["messages"] for b in m["content"] if b["type"] == "toolResult"]
     result = f"{results[-1]['name']} {'ok' if results[-1]['ok'] else results[-1].get('errorCode')}" if results else "-"
     return f"{result}; turn {end['reason']}"
+
+
+async def _write_preview(ws: rpc_load.Ws, sid: str, _quick: bool) -> str:
+    """Under ask: the Write's permission request (its preview a diff of the file), read back ten times."""
+    request = (await _after(ws, sid, "rewrite it", "permission.requested"))["request"]
+    for _ in range(5):
+        await ws.call("permissions.pending", {"sessionId": sid})
+        await ws.call("session.get", {"sessionId": sid})
+    await ws.call("permissions.resolve", {"requestId": request["id"], "sessionId": sid,
+                                          "turnId": request["turnId"], "decision": "deny"})
+    return f"preview: {request['preview']['diff'][:60]}…"
+
+
+async def _many_sessions(server: rpc_load.Server, quick: bool) -> None:
+    ws = await rpc_load.Ws.open(server)
+    try:
+        for first in range(0, 500 if quick else 5_000, 500):
+            await asyncio.gather(*(ws.call("session.create", {"title": f"s{first + i} " + "x" * 150})
+                                   for i in range(500)))
+    finally:
+        await ws.close()
+
+
+async def _list_batch(ws: rpc_load.Ws, _sid: str, _quick: bool) -> str:
+    """One small batch of session.list calls over many sessions (the amplification)."""
+    answers = await ws.call_batch([("session.list", {}) for _ in range(100)])
+    refused = sum("error" in a for a in answers)
+    return f"{len(answers) - refused} lists answered, {refused} not run (LIMIT_EXCEEDED)"
 
 
 async def _render_brackets(ws: rpc_load.Ws, _sid: str, quick: bool) -> str:
@@ -176,6 +219,10 @@ CASES = [
          _turn),
     Case("args-10m", "a Write with 10 MB of arguments (refused past 1 MiB)", _nothing,
          lambda q: _tool("Write", path="big.txt", content="a" * (1_000_000 if q else 10_000_000)), _turn),
+    Case("write-preview", "a Write rewriting a 10,000-line file under ask, read back ten times", _big_module,
+         _rewrite, _write_preview, permission="ask"),
+    Case("list-batch", "a batch of 100 session.list over 5,000 sessions", _nothing, lambda _q: [], _list_batch,
+         prepare=_many_sessions),
 ]
 
 
@@ -195,6 +242,8 @@ def run_case(case: Case, scratch: Path, quick: bool) -> Row:
         try:
             if rpc_load.read_line(probe, 30) != b"ready\n":
                 raise RuntimeError("the /healthz probe did not start")
+            if case.prepare is not None:
+                asyncio.run(case.prepare(server, quick))
             begin = time.monotonic()
             answer = asyncio.run(_drive(case, server, project, quick))
             end = time.monotonic()
@@ -215,7 +264,7 @@ async def _drive(case: Case, server: rpc_load.Server, project: Path, quick: bool
     ws = await rpc_load.Ws.open(server)
     try:
         session = await ws.call("session.create", {"projectPath": str(project), "mode": case.mode,
-                                                    "permissionMode": "auto"})
+                                                    "permissionMode": case.permission})
         return await case.drive(ws, session["id"], quick)
     finally:
         await ws.close()

@@ -230,6 +230,11 @@ class Ws:
             async for raw in self.ws:
                 now = time.perf_counter()
                 message = json.loads(raw)
+                if isinstance(message, list):  # a batch's answers: the batch is known by its first id
+                    future = self._pending.pop(message[0].get("id") if message else None, None)
+                    if future is not None and not future.done():
+                        future.set_result({"batch": message})
+                    continue
                 if message.get("method") == "event":
                     if self.keep_events:
                         self.events.append((now, message["params"]))
@@ -253,6 +258,17 @@ class Ws:
         if "error" in answer:
             raise RpcFailed(answer["error"])
         return answer["result"]
+
+    async def call_batch(self, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """One batch frame of ``calls``; its answers (results and errors alike), in order."""
+        ids = [next(self._ids) for _ in calls]
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[ids[0]] = future
+        await self.ws.send(json.dumps([{"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+                                       for rid, (method, params) in zip(ids, calls, strict=True)]))
+        async with asyncio.timeout(CALL_TIMEOUT):
+            answers: list[dict[str, Any]] = (await future)["batch"]
+        return answers
 
     async def timed(self, method: str, params: dict[str, Any] | None = None) -> float:
         start = time.perf_counter()

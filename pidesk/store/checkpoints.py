@@ -224,7 +224,9 @@ class ShadowRepo:
         path = self.git_dir / "info" / "exclude"
         path.parent.mkdir(mode=0o700, exist_ok=True)
         lines = path.read_text().splitlines() if path.exists() else []
-        wanted = ["/.pi/", ".git"]
+        # ".git" in any case: git refuses such a path in a tree (an NTFS/HFS-safe rule), so one ".Git/"
+        # in a project made every checkpoint fail (issue 29)
+        wanted = ["/.pi/", ".git", "[.][Gg][Ii][Tt]"]
         data = self.data_dir.resolve()
         root = self.root.resolve()
         if data.is_relative_to(root) and data != root:
@@ -261,11 +263,31 @@ class ShadowRepo:
         if changed:
             self._tree = None  # the index is about to move on; until write-tree says where, unknown
             tracked, self._tracked = self._tracked, None  # likewise the paths it holds
-            await self._git("update-index", "--add", "--remove", "-z", "--stdin",
-                            stdin=b"".join(os.fsencode(p) + b"\0" for p in changed))
+            beyond = self._beyond_links(changed)
+            if beyond:  # (beneath a link now: gone from here, whatever is there through the link)
+                await self._git("update-index", "--force-remove", "-z", "--stdin",
+                                stdin=b"".join(os.fsencode(p) + b"\0" for p in beyond))
+            # --replace: a tracked directory that is now a file or a link (or the other way round) takes
+            # the place of what it conflicts with (without it git refused, and every later checkpoint failed)
+            await self._git("update-index", "--add", "--remove", "--replace", "-z", "--stdin",
+                            stdin=b"".join(os.fsencode(p) + b"\0" for p in changed if p not in beyond))
             self._tracked = self._after_update(tracked, changed)
         self._tree = (await self._git("write-tree")).decode().strip()
         return self._tree
+
+    def _beyond_links(self, paths: list[str]) -> set[str]:
+        """Of ``paths``, those under a directory that is a symbolic link now: git will not look through it."""
+        linked: dict[str, bool] = {}  # directory -> whether it, or one above it, is a link (each looked at once)
+
+        def under_link(directory: str) -> bool:
+            if directory in ("", "."):
+                return False
+            if directory not in linked:
+                head = os.path.dirname(directory)
+                linked[directory] = under_link(head) or (self.root / directory).is_symlink()
+            return linked[directory]
+
+        return {path for path in paths if under_link(os.path.dirname(path))}
 
     def _split_tracked(self, tracked: set[str], scope: set[str] | None) -> tuple[list[str], set[str] | None]:
         """Of the paths in ``scope``, the tracked files (gone, or a file or link still): ``update-index``

@@ -317,9 +317,33 @@ async def test_a_big_rewrite_asks_without_freezing_the_host_and_its_preview_is_k
             pending = (await host.call("permissions.pending", {"sessionId": s["id"]}))["requests"]
             shown = (await host.call("session.get", {"sessionId": s["id"]}))["pendingPermissions"]
             assert pending[0]["preview"] == shown[0]["preview"] == preview
-    assert ticker.worst < 0.05, ticker.worst
+    assert ticker.worst < 0.5, ticker.worst  # (13-18 s before; bench/loop_stall.py holds it to 50 ms, without the test run's GC)
     assert preview is not None and preview["overwrites"] is True
     assert preview["diff"] == ("(diff too large to show: big.py goes from 10,000 to 10,000 lines; "
                                "about 1,428 removed and 1,428 added)")  # (value_0 is 0 either way)
     await host.call("agent.abort", {"sessionId": s["id"]})
     await ended(sub, turn["turnId"])
+
+
+async def test_a_tracked_directory_turned_into_a_link_is_recorded_and_later_turns_too(host, provider, project):
+    """Issue 29 item 4: replacing a tracked directory with a symlink made every later checkpoint fail (git
+    update-index: Unable to process path d): session.changes showed no files for turns that wrote some."""
+    s = await session(host, project, permissionMode="auto")
+    sid = s["id"]
+    await _turn(host, provider, sid, tool("Write", path="a.txt", content="1\n"))
+    linked = await _turn(host, provider, sid, tool("Bash", command="rm -rf src && ln -s /usr src"))
+    later = await _turn(host, provider, sid, tool("Write", path="b.txt", content="2\n"))
+    turns = {t["turnId"]: sorted(f["path"] for f in t["files"])
+             for t in (await host.call("session.changes", {"sessionId": sid}))["turns"]}
+    assert turns[linked] == ["src", "src/app.py"] and turns[later] == ["b.txt"]
+
+
+async def test_a_dot_git_in_another_case_is_left_out_and_checkpoints_go_on(host, provider, project):
+    """Issue 29 item 4: a project holding ``.Git/`` broke every checkpoint (git refuses the path in a tree)."""
+    (project / ".Git").mkdir()
+    (project / ".Git" / "config").write_text("[core]\n")
+    s = await session(host, project, permissionMode="auto")
+    turn = await _turn(host, provider, s["id"], tool("Write", path="a.txt", content="1\n"))
+    changes = await host.call("session.changes", {"sessionId": s["id"]})
+    assert [(t["turnId"], [f["path"] for f in t["files"]]) for t in changes["turns"]] == [(turn, ["a.txt"])]
+    assert changes.get("note") is None
