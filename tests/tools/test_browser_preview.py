@@ -115,36 +115,20 @@ def test_the_preview_page_server_refuses_the_hosts_data_dir_inside_the_root(tmp_
 
 
 @pytest.mark.asyncio
-async def test_an_aborted_preview_leaves_no_chromium_running(tmp_path, browser):
+async def test_an_aborted_preview_leaves_no_chromium_running(tmp_path, browser, stalling):
     """Abort while Chromium waits for the page: nothing of Chromium runs on (its process group is killed)."""
-    asked, release = threading.Event(), threading.Event()
-
-    class Stalling(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            asked.set()
-            release.wait(30)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Stalling)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/stall"
-    try:
-        preview = asyncio.ensure_future(make_browser_preview_tool(tmp_path, chromium=browser)({"url": url}))
-        assert await asyncio.to_thread(asked.wait, 30)  # Chromium is up and loading the page
-        leaders = [int(p) for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(int(p), url.encode())]
-        assert leaders
-        preview.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await preview
-        deadline = time.monotonic() + 10  # (a SIGKILLed process takes a moment to be gone: poll, bounded)
-        while any(running_members(p) for p in leaders) and time.monotonic() < deadline:  # (each leads its group)
-            await asyncio.sleep(0.05)
-        assert not any(running_members(p) for p in leaders)
-    finally:
-        release.set()
-        httpd.shutdown()
+    url, asked = stalling
+    preview = asyncio.ensure_future(make_browser_preview_tool(tmp_path, chromium=browser)({"url": url}))
+    assert await asyncio.to_thread(asked.wait, 30)  # Chromium is up and loading the page
+    leaders = [int(p) for p in os.listdir("/proc") if p.isdigit() and _cmdline_has(int(p), url.encode())]
+    assert leaders
+    preview.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await preview
+    deadline = time.monotonic() + 10  # (a SIGKILLed process takes a moment to be gone: poll, bounded)
+    while any(running_members(p) for p in leaders) and time.monotonic() < deadline:  # (each leads its group)
+        await asyncio.sleep(0.05)
+    assert not any(running_members(p) for p in leaders)
 
 
 def _cmdline_has(pid: int, needle: bytes) -> bool:
