@@ -64,6 +64,7 @@ from pidesk.store.transcripts import (
 
 IndexRow = tuple[str, str, str | None, int, str, int, int, str]
 INDEX_BATCH = 1024  # queued rows that start a commit
+PAGE_BYTES = 8 * 1024 * 1024  # transcript bytes one page of messages holds at most (its newest message aside)
 INDEX_BACKLOG = 8 * INDEX_BATCH  # queued rows that make appenders wait for the commit in flight
 
 
@@ -184,12 +185,20 @@ class Store:
         return message
 
     def page(self, session_id: str, before_seq: int | None, limit: int) -> tuple[list[Message], bool]:
-        """The newest ``limit`` messages with seq < ``before_seq`` (ascending) and whether older exist."""
+        """The newest ``limit`` messages with seq < ``before_seq`` (ascending) and whether older exist —
+        fewer when they pass ``PAGE_BYTES`` of transcript (the newest always comes, whatever its size):
+        200 messages of a megabyte made a 259 MB answer (issue 29); the older ones come with the next page."""
         self.flush()
         with self.db.read() as db:
             rows = repo.message_page(db, session_id, before_seq, limit + 1)
         has_more = len(rows) > limit
         rows = rows[-limit:] if limit else []
+        first, size = len(rows), 0  # walking back from the newest, while they fit (the newest always)
+        while first > 0 and (first == len(rows) or size + rows[first - 1][3] <= PAGE_BYTES):
+            first -= 1
+            size += rows[first][3]
+        if first:
+            rows, has_more = rows[first:], True
         if not rows:
             return [], has_more
         start, end = rows[0][2], rows[-1][2] + rows[-1][3]

@@ -186,6 +186,28 @@ async def test_session_get_pages_by_seq(host, provider, project):
     assert [m["seq"] for m in oldest["messages"]] == [1, 2] and oldest["hasMore"] is False
 
 
+async def test_a_page_of_large_messages_is_bounded_in_bytes_and_the_rest_follows(host, provider, project, monkeypatch):
+    """Issue 29 item 7: session.get returned 259 MB (200 large messages at once). A page holds at most
+    PAGE_BYTES of transcript (the newest message always); ``hasMore`` and beforeSeq bring the rest."""
+    from pidesk.store import store as store_module
+
+    monkeypatch.setattr(store_module, "PAGE_BYTES", 250_000)
+    s = await session(host, project)
+    sub = host.subscribe()
+    for i in range(4):
+        provider.enqueue(s["id"], {"text": f"answer {i} " + "x" * 100_000})
+        await ended(sub, (await prompt(host, s["id"], f"q{i}"))["turnId"])
+    seen, before = [], None
+    while True:
+        page = await host.call("session.get", {"sessionId": s["id"], **({"beforeSeq": before} if before else {})})
+        assert sum(len(m["content"][0]["text"]) for m in page["messages"]) <= 250_000 or len(page["messages"]) == 1
+        seen = [m["seq"] for m in page["messages"]] + seen
+        if not page["hasMore"]:
+            break
+        before = page["messages"][0]["seq"]
+    assert seen == list(range(1, 9))  # every message, in order, across the pages
+
+
 async def test_delete_removes_the_session_and_its_transcript(host, provider, project):
     s = await session(host, project)
     await host.call("session.delete", {"sessionId": s["id"]})
