@@ -21,43 +21,54 @@ from tests.conftest import HostFactory
 JOBS = 200
 
 
-def sleeps(pool: ThreadPoolExecutor) -> int:
-    """How often the pool's threads have gone to sleep (their ``voluntary_ctxt_switches``)."""
-    total = 0
+def sleeps(pool: ThreadPoolExecutor) -> dict[int, int]:
+    """How often each of the pool's threads has gone to sleep (its ``voluntary_ctxt_switches``)."""
+    counts = {}
     for thread in pool._threads:
+        assert thread.native_id is not None
         with open(f"/proc/self/task/{thread.native_id}/status") as status:
-            total += sum(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt_switches:"))
-    return total
+            counts[thread.native_id] = sum(int(line.split()[1]) for line in status
+                                           if line.startswith("voluntary_ctxt_switches:"))
+    return counts
 
 
-async def sleeps_per_job(pool: ThreadPoolExecutor) -> float:
-    """Three idle threads (a burst of three jobs at once), then jobs one at a time: sleeps per job."""
+async def needless_wakes_per_job(pool: ThreadPoolExecutor) -> float:
+    """Three idle threads (a burst of three jobs at once), then jobs one at a time: how often, per job, a
+    thread other than the one that ran it woke (and slept again, finding nothing to do).
+
+    Counted on the other threads only: the thread that runs a job may also sleep waiting for the GIL,
+    more so on a busy machine, while an idle thread sleeps on until something wakes it."""
     loop = asyncio.get_running_loop()
     release = threading.Event()
     burst = [loop.run_in_executor(pool, release.wait) for _ in range(3)]
     assert len(pool._threads) == 3
     release.set()
     await asyncio.gather(*burst)
+    needless = 0
     before = sleeps(pool)
     for _ in range(JOBS):
-        assert await loop.run_in_executor(pool, sum, range(100)) == 4950
-    return (sleeps(pool) - before) / JOBS
+        runner = await loop.run_in_executor(pool, threading.get_native_id)
+        after = sleeps(pool)
+        needless += sum(after[thread] - before[thread] for thread in after if thread != runner)
+        before = after
+    return needless / JOBS
 
 
 @pytest.mark.asyncio
 async def test_each_job_wakes_one_store_thread_where_the_standard_executor_wakes_two_or_more() -> None:
-    """Measured in turns, so both see the same machine: the thread that ran the job goes back to sleep (1 a
-    job, a little more when the GIL makes it wait), where the standard executor also wakes another (2 or more).
-    Load only adds sleeps, to both: the median of three turns is compared."""
+    """Measured in turns, so both see the same machine: the standard executor wakes a second thread for each
+    job (about one needless wake a job); the store's threads wake only the one that runs it. (Counting every
+    sleep of every thread, as this test once did, failed under a CPU hog: GIL waits of the thread running
+    the job count too, and they grow with load for both.)"""
     store, standard = [], []
     for _ in range(3):
-        for pool, sleeps in ((StoreThreads(), store), (ThreadPoolExecutor(), standard)):
+        for pool, wakes in ((StoreThreads(), store), (ThreadPoolExecutor(), standard)):
             try:
-                sleeps.append(await sleeps_per_job(pool))
+                wakes.append(await needless_wakes_per_job(pool))
             finally:
                 pool.shutdown()
-    assert statistics.median(standard) >= 1.8  # (the herd is there to see: the measurement can tell them apart)
-    assert statistics.median(s / t for s, t in zip(store, standard)) <= 0.8, (store, standard)
+    assert statistics.median(standard) >= 0.5, standard  # (the herd is there to see: ~1-2 here, 0.7 at least loaded)
+    assert statistics.median(store) <= statistics.median(standard) / 3, (store, standard)  # (~0.1, 0.01 loaded)
 
 
 @pytest.mark.asyncio
