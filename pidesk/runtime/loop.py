@@ -102,6 +102,10 @@ MAX_MODEL_CALLS = 200  # a bound on every turn's loop
 # them — the transcript line, each event, the next request's history — holds the event loop for
 # one uninterruptible encoding or decoding, ~25 ms for 10 MB. Models write large files in parts.
 MAX_TOOL_ARGUMENTS = 1 << 20
+# Characters of text and thinking one answer may hold (~500k tokens, beyond any model's output): a
+# model server that streams on and on (120 MiB) held the loop 0.4-1.4 s and 1.2 GB when its message
+# was kept and sent (issue 29). Past it the answer is cut there, kept, and the turn ends PROVIDER_ERROR.
+MAX_ANSWER_CHARS = 2_000_000
 # Each model request reads the turn's history afresh. A large transcript is read in a worker thread,
 # so its decoding never holds the event loop; a small one on the loop, where it costs about what the
 # provider's conversion of the same messages costs, and saves the two thread hand-offs (~0.3 ms a
@@ -188,6 +192,7 @@ class _Turn:
         calls: list[ToolCallBlock] = []
         started = False
         done = Done("error", Code.STREAM_FAILED, "the stream ended without a stop reason")
+        said = 0  # characters of text and thinking so far (MAX_ANSWER_CHARS)
 
         def begin() -> None:  # thinking is output too (seed 003 §3 rule 4): a smart stop restores no draft
             nonlocal started
@@ -209,12 +214,23 @@ class _Turn:
                 if isinstance(event, TextDelta):
                     begin()
                     delta = scrub(event.text)  # (what a model sends is kept as it came, less what UTF-8 cannot hold)
+                    if said + len(delta) > MAX_ANSWER_CHARS:  # kept up to the bound; the rest is not read
+                        text.append(delta[:MAX_ANSWER_CHARS - said])
+                        done = Done("error", Code.PROVIDER_ERROR, f"the model's answer went past "
+                                    f"{MAX_ANSWER_CHARS:,} characters; it was cut there")
+                        break
+                    said += len(delta)
                     text.append(delta)
                     ctx.delta(message_id, delta)
                 elif isinstance(event, ThinkingDelta):
                     begin()
                 elif isinstance(event, Thought):
                     begin()
+                    said += len(event.text)
+                    if said > MAX_ANSWER_CHARS:
+                        done = Done("error", Code.PROVIDER_ERROR, f"the model's reasoning went past "
+                                    f"{MAX_ANSWER_CHARS:,} characters; it was not kept")
+                        break
                     end_text()
                     blocks.append(ThinkingBlock(text=scrub(event.text), redacted=event.redacted,
                                                 opaque=scrub(event.opaque)))

@@ -159,3 +159,20 @@ async def test_a_huge_bad_path_is_not_echoed_back(host):
     with pytest.raises(PideskError) as refused:
         await host.call("session.create", {"projectPath": "/" + "a" * 100_000})
     assert refused.value.code == "INVALID_PARAMS" and len(refused.value.message) < 300
+
+
+@pytest.mark.asyncio
+async def test_an_answer_that_goes_on_and_on_is_cut_kept_and_ends_the_turn(host, provider, project, monkeypatch):
+    """Issue 29 item 7: a 120 MiB answer was kept and sent whole (0.4-1.4 s on the loop, 1.2 GB). Past
+    MAX_ANSWER_CHARS (made small here) the answer is cut there, kept, and the turn ends PROVIDER_ERROR."""
+    from pidesk.runtime import loop as runtime_loop
+    from tests.scenario import ended, prompt, state
+
+    monkeypatch.setattr(runtime_loop, "MAX_ANSWER_CHARS", 1000)
+    s = await session(host, project)
+    sub = host.subscribe()
+    provider.enqueue(s["id"], {"text": "y" * 5000})
+    end = await ended(sub, (await prompt(host, s["id"]))["turnId"])
+    assert (end.reason, end.error_code) == ("error", "PROVIDER_ERROR") and "1,000 characters" in end.error_message
+    answer = [m for m in (await state(host, s["id"]))["messages"] if m["role"] == "assistant"]
+    assert answer[0]["content"][0]["text"] == "y" * 1000
