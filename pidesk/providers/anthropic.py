@@ -39,8 +39,8 @@ from typing import Any
 
 import msgspec
 
-from pidesk.providers.base import Done, ModelRequest, StreamEvent, ThinkingDelta, Thought, ToolCall, UsageReport
-from pidesk.providers.convert import anthropic_cache, anthropic_messages, anthropic_tools, parse_arguments
+from pidesk.providers.base import Done, ModelRequest, StreamEvent, ThinkingDelta, Thought, UsageReport
+from pidesk.providers.convert import ArgumentText, anthropic_cache, anthropic_messages, anthropic_tools
 from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Sleep
 from pidesk.providers.sdk import SdkProvider
 
@@ -138,7 +138,7 @@ class _ToolUse:
     id: str
     name: str
     start_input: dict[str, Any]
-    json: list[str] = field(default_factory=list)
+    json: ArgumentText = field(default_factory=ArgumentText)
 
 
 @dataclass
@@ -196,7 +196,7 @@ class _Reply:
             if delta_kind == "text_delta":
                 return getattr(delta, "text", None) or ""
             if delta_kind == "input_json_delta" and (tool := self.tools.get(event.index)) is not None:
-                tool.json.append(getattr(delta, "partial_json", None) or "")
+                tool.json.add(getattr(delta, "partial_json", None) or "")
             elif delta_kind in ("thinking_delta", "signature_delta") and event.index in self.thinking:
                 self._think(self.thinking[event.index], delta)
         elif kind == "content_block_stop":
@@ -225,8 +225,7 @@ class _Reply:
 
     def finish(self) -> list[StreamEvent]:
         events: list[StreamEvent] = [
-            ToolCall(t.id, t.name, parse_arguments("".join(t.json)) if t.json else dict(t.start_input))
-            for _, t in sorted(self.tools.items())
+            t.json.tool_call(t.id, t.name, default=t.start_input) for _, t in sorted(self.tools.items())
         ]
         events.extend(_thought(t) for _, t in sorted(self.thinking.items()))  # never stopped: keep them anyway
         events.append(UsageReport(self.input_tokens, self.output_tokens, self.cache_read, self.cache_creation))

@@ -53,6 +53,7 @@ class ToolCall:
     id: str
     name: str
     args: dict[str, Any]
+    oversized: int = 0  # characters of argument text that came and were not kept (convert.ArgumentText)
 
 
 @dataclass(frozen=True)

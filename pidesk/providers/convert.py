@@ -36,6 +36,7 @@ import msgspec
 
 from pidesk.core.errors import Code
 from pidesk.core.records import AttachmentBlock, Message, TextBlock, ThinkingBlock, ToolCallBlock, ToolResultBlock
+from pidesk.providers.base import ToolCall
 
 MISSING_RESULT = "No result was recorded for this tool call: it was interrupted before it finished."
 
@@ -109,6 +110,37 @@ def result_text(result: ToolResultBlock) -> str:
     if result.ok:
         return result.output
     return f"Error {result.error_code or 'TOOL_ERROR'}: {result.output}"
+
+
+# A tool call's argument text kept for parsing: past it the rest is only counted. Above the runtime's
+# 1 MiB bound (which refuses such a call with a note of its size): 120 MiB of arguments were gathered
+# whole and parsed on the loop (issue 29).
+MAX_ARGUMENT_TEXT = 2 << 20
+
+
+class ArgumentText:
+    """A tool call's argument text as it streams in, kept up to ``MAX_ARGUMENT_TEXT`` characters."""
+
+    def __init__(self, text: str = "") -> None:
+        self.parts: list[str] = []
+        self.size = 0
+        if text:
+            self.add(text)
+
+    def add(self, piece: str) -> None:
+        self.size += len(piece)
+        if self.size <= MAX_ARGUMENT_TEXT:
+            self.parts.append(piece)
+        else:
+            self.parts.clear()
+
+    def tool_call(self, call_id: str, name: str, default: dict[str, Any] | None = None) -> ToolCall:
+        """The call, its arguments parsed (``default`` when none came), or not kept when too long."""
+        if self.size > MAX_ARGUMENT_TEXT:
+            return ToolCall(call_id, name, {}, oversized=self.size)
+        if not self.size and default is not None:
+            return ToolCall(call_id, name, dict(default))
+        return ToolCall(call_id, name, parse_arguments("".join(self.parts)))
 
 
 def parse_arguments(text: str) -> dict[str, Any]:

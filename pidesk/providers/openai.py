@@ -41,8 +41,8 @@ from typing import Any
 import msgspec
 
 from pidesk.core.errors import Code
-from pidesk.providers.base import Done, ModelRequest, StreamEvent, ThinkingDelta, Thought, ToolCall, UsageReport
-from pidesk.providers.convert import openai_messages, openai_tools, parse_arguments
+from pidesk.providers.base import Done, ModelRequest, StreamEvent, ThinkingDelta, Thought, UsageReport
+from pidesk.providers.convert import ArgumentText, openai_messages, openai_tools
 from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Sleep
 from pidesk.providers.sdk import SdkProvider
 
@@ -132,7 +132,7 @@ class OpenAIProvider(OpenAIClient):
 class _Call:
     id: str = ""
     name: str = ""
-    arguments: list[str] = field(default_factory=list)
+    arguments: ArgumentText = field(default_factory=ArgumentText)
 
 
 @dataclass
@@ -195,7 +195,7 @@ class _Reply:
         call.id = call.id or part_id
         call.name = call.name or getattr(function, "name", None) or ""
         if arguments := getattr(function, "arguments", None):
-            call.arguments.append(arguments)
+            call.arguments.add(arguments)
 
     def _end_reasoning(self) -> None:
         self.out.append(Thought("".join(self.reasoning)))
@@ -207,8 +207,7 @@ class _Reply:
         events: list[StreamEvent] = [*self.out]  # the reasoning just ended, if any
         self.out.clear()
         events += [
-            ToolCall(call.id or f"call_{secrets.token_hex(8)}", call.name, parse_arguments("".join(call.arguments)))
-            for call in self.calls
+            call.arguments.tool_call(call.id or f"call_{secrets.token_hex(8)}", call.name) for call in self.calls
         ]
         if self.usage is not None:
             events.append(self.usage)

@@ -37,8 +37,8 @@ from typing import Any
 import msgspec
 
 from pidesk.core.errors import Code
-from pidesk.providers.base import Done, ModelRequest, StreamEvent, ThinkingDelta, Thought, ToolCall, UsageReport
-from pidesk.providers.convert import parse_arguments, responses_input, responses_tools
+from pidesk.providers.base import Done, ModelRequest, StreamEvent, ThinkingDelta, Thought, UsageReport
+from pidesk.providers.convert import ArgumentText, responses_input, responses_tools
 from pidesk.providers.openai import OpenAIClient
 
 VENDOR = "openai-responses"  # the ``opaque["vendor"]`` of the reasoning items this provider writes
@@ -166,8 +166,8 @@ class _Reply:
 
     def finish(self) -> list[StreamEvent]:
         events: list[StreamEvent] = [
-            ToolCall(str(item.get("call_id") or f"call_{secrets.token_hex(8)}"), str(item.get("name") or ""),
-                     parse_arguments(str(item.get("arguments") or "")))
+            ArgumentText(str(item.get("arguments") or "")).tool_call(
+                str(item.get("call_id") or f"call_{secrets.token_hex(8)}"), str(item.get("name") or ""))
             for _, item in sorted(self.calls.items())
         ]
         if self.usage is not None:

@@ -251,7 +251,7 @@ class _Turn:
 
     def call_block(self, event: ToolCall) -> ToolCallBlock:
         """The call as kept: arguments over ``MAX_TOOL_ARGUMENTS`` are replaced by a note of their size."""
-        size = json_size(event.args)
+        size = event.oversized or json_size(event.args)  # (a provider that did not keep the text says its size)
         call_id, name = scrub(event.id), scrub(event.name)
         if size <= MAX_TOOL_ARGUMENTS:
             return ToolCallBlock(id=call_id, name=name, args=scrub(event.args))

@@ -487,3 +487,33 @@ def test_after_a_warm_up_the_first_request_waits_for_no_process(warm: bool) -> N
     assert done.returncode == 0, done.stderr
     spawned = done.stdout.strip()
     assert (spawned == "[]") if warm else ("uname" in spawned), spawned
+
+
+@pytest.mark.asyncio
+async def test_arguments_past_the_kept_text_are_counted_not_gathered(vendor: MockVendor, sleep: RecordedSleep,
+                                                                     monkeypatch) -> None:
+    """Issue 29 item 7: a call's argument text was gathered whole (120 MiB) and parsed on the event loop
+    before the runtime's 1 MiB bound refused it. Past MAX_ARGUMENT_TEXT (made small here) it is only
+    counted: the call comes with no arguments and its size, which the runtime refuses with a note."""
+    from pidesk.providers import convert
+
+    monkeypatch.setattr(convert, "MAX_ARGUMENT_TEXT", 100)
+    pieces = ['{"path": "big.txt", "content": "', *["x" * 40] * 5, '"}']
+    vendor.script(Sse([
+        openai_chunk(tool_calls=[openai_call_delta(0, id="call_1", name="Write", arguments="")]),
+        *(openai_chunk(tool_calls=[openai_call_delta(0, arguments=p)]) for p in pieces),
+        openai_chunk(finish_reason="tool_calls"),
+        OPENAI_DONE,
+    ]))
+    events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="write")))))
+    assert events[0] == ToolCall("call_1", "Write", {}, oversized=sum(map(len, pieces)))
+
+
+def test_argument_text_within_the_bound_is_parsed_and_a_call_without_any_takes_its_default() -> None:
+    from pidesk.providers.convert import ArgumentText
+
+    text = ArgumentText()
+    for piece in ('{"a"', ': 1}'):
+        text.add(piece)
+    assert text.tool_call("c", "T") == ToolCall("c", "T", {"a": 1})
+    assert ArgumentText().tool_call("c", "T", default={"b": 2}) == ToolCall("c", "T", {"b": 2})

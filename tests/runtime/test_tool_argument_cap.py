@@ -50,3 +50,25 @@ async def test_arguments_at_the_limit_are_run(host: Host, provider: ScriptedProv
     provider.enqueue(s["id"], tool("Write", path="big.txt", content=content), {"text": "done"})
     await ended(sub, (await prompt(host, s["id"]))["turnId"])
     assert (project / "big.txt").read_text() == content
+
+
+async def test_a_call_whose_arguments_the_provider_did_not_keep_is_refused_with_its_size(
+        host: Host, provider: ScriptedProvider, project: Path) -> None:
+    """Issue 29 item 7: a provider that counted a call's arguments past what it keeps hands the runtime the
+    call with its size only; the runtime refuses it with the same note as any oversized call."""
+    from pidesk.providers.base import ToolCall
+
+    original = provider.stream
+
+    async def stream(request):  # the scripted answer, its Write's arguments not kept
+        async for event in original(request):
+            yield ToolCall(event.id, event.name, {}, oversized=120 << 20) if isinstance(event, ToolCall) else event
+
+    provider.stream = stream  # type: ignore[method-assign]
+    s = await session(host, project, permissionMode="auto")
+    sub = host.subscribe()
+    provider.enqueue(s["id"], tool("Write", path="big.txt", content="x"), {"text": "done"})
+    assert (await ended(sub, (await prompt(host, s["id"]))["turnId"])).reason == "completed"
+    refused = tool_results((await state(host, s["id"]))["messages"], "Write")[0]
+    assert refused["errorCode"] == "INVALID_ARGUMENTS" and "125,829,120 bytes" in refused["output"]
+    assert not (project / "big.txt").exists()
