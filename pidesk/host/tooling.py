@@ -27,10 +27,9 @@ from pidesk.core import policy
 from pidesk.core.modes import Mode
 from pidesk.host.parts import Parts
 from pidesk.tools import TOOL_SPECS, Bash, Tool, close_tools, make_bash_tool
-from pidesk.tools.specs import bash_spec
 from pidesk.tools.sandbox import Bubblewrap, SandboxPolicy, SandboxStatus, probe
 from pidesk.tools.sandbox_server import Sandbox
-
+from pidesk.tools.specs import bash_spec
 
 RUN: Final = Path("/run")  # sockets a command could reach without any network: a database's, D-Bus, Docker's
 RESOLVER: Final = Path("/run/systemd/resolve")  # where /etc/resolv.conf leads under systemd-resolved
