@@ -20,7 +20,10 @@ The cases (full size; ``--quick`` shrinks the large ones):
 - ``args-10m``: a Write whose arguments are 10 MB (refused past 1 MiB: ``INVALID_ARGUMENTS``);
 - ``write-preview``: a Write rewriting a 10,000-line file under ``ask``, its request read back ten
   times (issue 29: its diff held the loop 13-18 s, every read again);
-- ``list-batch``: one batch of 100 ``session.list`` over 5,000 sessions (issue 29: a 405 MB reply).
+- ``list-batch``: one batch of 100 ``session.list`` over 5,000 sessions (issue 29: a 405 MB reply);
+- ``huge-revert``: a Bash command grows a tracked file by 1.5 GB, then the turn is reverted (issue 29:
+  4.1 GB of memory, a 3.1 s stall and a shadow repository 1.5 GB larger); also printed, how much
+  the shadow repository grew.
 
 ``run_cases(quick=True)`` is also what the CI-size test (tests/server/test_loop_stall.py) runs.
 
@@ -119,6 +122,10 @@ def _big_module(project: Path, quick: bool) -> None:
     (project / "big.py").write_text("".join(f"value_{i} = {i}\n" for i in range(2_000 if quick else 10_000)))
 
 
+def _small_tracked(project: Path, _quick: bool) -> None:
+    (project / "grow.dat").write_text("small\n")
+
+
 def _rewrite(quick: bool) -> list[dict[str, Any]]:
     lines = 2_000 if quick else 10_000
     return _tool("Write", path="big.py", content="".join(f"value_{i} = {i * 2 if i % 7 == 0 else i}\n"
@@ -183,6 +190,16 @@ async def _list_batch(ws: rpc_load.Ws, _sid: str, _quick: bool) -> str:
     return f"{len(answers) - refused} lists answered, {refused} not run (LIMIT_EXCEEDED)"
 
 
+async def _huge_revert(ws: rpc_load.Ws, sid: str, quick: bool) -> str:
+    """The turn that grows the file, then its revert; the shadow repositories' size after."""
+    turn = (await _after(ws, sid, "grow it", "turn.ended"))["turnId"]
+    reverted = await ws.call("session.revert", {"sessionId": sid, "turnId": turn})
+    root = Path((await ws.call("session.get", {"sessionId": sid, "limit": 1}))["session"]["root"])
+    shadow = sum(p.stat().st_size for p in (root.parent / "data" / "checkpoints").rglob("*") if p.is_file())
+    return (f"reverted {reverted['files']}, left {reverted.get('notRestored')}; "
+            f"checkpoints {shadow / 1024:,.0f} KiB")
+
+
 async def _render_brackets(ws: rpc_load.Ws, _sid: str, quick: bool) -> str:
     html = (await ws.call("markdown.render", {"text": "[" * (200_000 if quick else 1_000_000)}))["html"]
     return f"{len(html):,} chars of html"
@@ -223,6 +240,9 @@ CASES = [
          _rewrite, _write_preview, permission="ask"),
     Case("list-batch", "a batch of 100 session.list over 5,000 sessions", _nothing, lambda _q: [], _list_batch,
          prepare=_many_sessions),
+    Case("huge-revert", "a tracked file grown by 1.5 GB in a turn, then reverted", _small_tracked,
+         lambda q: _tool("Bash", command=f"head -c {100_000_000 if q else 1_500_000_000} /dev/urandom >> grow.dat"),
+         _huge_revert),
 ]
 
 

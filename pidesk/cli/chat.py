@@ -631,6 +631,9 @@ class Chat:
         files = result["files"]
         self.say(f"[reverted {len(files)} file{'s' if len(files) != 1 else ''}"
                  + (": " + ", ".join(files) if files else "") + "]", "bold")
+        kept = result.get("notRestored", [])
+        if kept:
+            self.say(f"[left as they are, too large to checkpoint: {', '.join(kept)}]", "yellow")
         self.say(f"/undo again undoes the turn before · pidesk revert {self.session['id']} --turn "
                  f"{result['revertId']} takes this revert back", "dim")
 

@@ -392,7 +392,7 @@ def _show_diff(result: dict[str, Any]) -> None:
         if stat_only:
             width = max((len(f["path"]) for f in files), default=0)
             for f in files:
-                counts = "binary" if f.get("binary") else (
+                counts = "too large to checkpoint" if f.get("tooLarge") else "binary" if f.get("binary") else (
                     click.style(f"+{f['additions']}", fg="green") + " " + click.style(f"-{f['deletions']}", fg="red"))
                 click.echo(f" {f['path'].ljust(width)} | {f['status']:<8} {counts}")
             continue
@@ -443,6 +443,12 @@ def _show_reverted(result: dict[str, Any]) -> None:
     click.echo(f"Reverted {len(files)} file{'s' if len(files) != 1 else ''}" + (":" if files else "."))
     for path in files:
         click.echo(f"  {path}")
+    kept = result.get("notRestored", [])
+    if kept:
+        click.secho("Left as they are (too large to checkpoint, so their content at that point is unknown):",
+                    fg="yellow")
+        for path in kept:
+            click.echo(f"  {path}")
     click.echo(f"Undo this revert with: pidesk revert {result['sessionId']} --turn {result['revertId']}")
 
 

@@ -22,6 +22,12 @@ module decides when, and attributes:
   disk, a timeout) is audited ``checkpoint.failed`` on the turn (once per turn)
   and shown as the ``note`` of ``session.changes``; a root with too many files
   turns checkpoints off for it (``checkpoints.off``, audited once per session).
+- A file over the size cap (10 MiB) is never recorded: a call checkpoint that saw
+  one change journals it under ``big`` (``[path, status, size]``), and the turn's
+  changes list it with ``tooLarge: true`` and a sentence for its diff. A turn's
+  checkpoint journals the tracked files over the cap then (``held``): no tree
+  holds their content at that point. A revert leaves both kinds as they are and
+  names them in ``notRestored``.
 - ``revert``: idle only — the session and every other session on the same root
   (``AGENT_BUSY``). Under the root's lock: a snapshot of now (so hand edits are
   reverted too, and can be restored), the restore, a snapshot of the result, the
@@ -201,10 +207,15 @@ class Checkpoints:
             try:
                 tree = await project.repo.snapshot(sorted(paths) if paths is not None else None,
                                                    full=kind == "turn")
-                if kind == "turn" or tree != project.last:
-                    entry: dict[str, str | None] = {"k": kind, "s": session_id, "t": turn_id, "tree": tree, "at": now_iso()}
+                skipped = project.repo.skipped
+                if kind == "turn" or tree != project.last or skipped:
+                    entry: dict[str, Any] = {"k": kind, "s": session_id, "t": turn_id, "tree": tree, "at": now_iso()}
                     if kind == "call":
                         entry["prev"] = project.last
+                        if skipped:
+                            entry["big"] = [[path, status, size] for path, (status, size) in sorted(skipped.items())]
+                    elif project.repo.held:
+                        entry["held"] = sorted(project.repo.held)
                     await asyncio.to_thread(project.repo.append, entry)
                 project.last = tree
                 project.note = None
@@ -273,14 +284,24 @@ class Checkpoints:
         return {"turns": out, "note": project.off or project.note}
 
     async def _turn_files(self, project: _Project, entries: list[dict[str, Any]], turn_id: str) -> list[dict[str, Any]]:
-        before = next((e["tree"] for e in entries if e.get("t") == turn_id and e.get("k") == "turn"), None)
+        start = next((e for e in entries if e.get("t") == turn_id and e.get("k") == "turn"), None)
         calls = [e for e in entries if e.get("t") == turn_id and e.get("k") == "call"]
-        if before is None or not calls:
+        if start is None or not calls:
             return []
+        before = start["tree"]
         touched: set[str] = set()
+        big: dict[str, tuple[str, int]] = {}
         for call in calls:
             touched |= await project.repo.changed_paths(call.get("prev") or before, call["tree"])
-        return [vars(f) for f in await project.repo.diff(before, calls[-1]["tree"], only=touched)]
+            big |= {path: (status, size) for path, status, size in call.get("big", ())}
+        files = {f.path: vars(f) for f in await project.repo.diff(before, calls[-1]["tree"], only=touched)}
+        for path in set(start.get("held", ())) & set(files):  # its "before" in the tree is older than the turn
+            files[path] |= {"additions": 0, "deletions": 0, "diff": f"({path} was over the checkpoint limit "
+                            "before this turn, so there is no diff: its content now is recorded)"}
+        for path, (status, size) in big.items():
+            files[path] = _too_large(path, files[path]["status"] if path in files else status, size,
+                                     project.repo.size_cap)
+        return list(files.values())
 
     # ---- session.revert ------------------------------------------------------------------
 
@@ -294,31 +315,44 @@ class Checkpoints:
         async with project.lock:
             self._refuse_busy(session.id, session.root)
             entries = await asyncio.to_thread(project.repo.entries)
-            target = next((e["tree"] for e in entries if e.get("s") == session.id and e.get("t") == turn_id
-                           and e.get("k") == "turn"), None)
-            if target is None:
-                target = next((e["prev"] for e in entries if e.get("s") == session.id and e.get("id") == turn_id
-                               and e.get("k") == "revert"), None)
-            if target is None:
+            found = next(((n, e["tree"], e.get("held", [])) for n, e in enumerate(entries) if e.get("s") == session.id
+                          and e.get("t") == turn_id and e.get("k") == "turn"), None)
+            if found is None:
+                found = next(((n, e["prev"], e.get("prevHeld", [])) for n, e in enumerate(entries)
+                              if e.get("s") == session.id and e.get("id") == turn_id and e.get("k") == "revert"), None)
+            if found is None:
                 raise NotFound(f"no checkpoint before {turn_id!r} in session {session.id} "
                                "(a turn from before checkpoints, or of another session)")
+            start, target, held_then = found
             revert_id = new_id("rv")
             try:
                 current = await project.repo.snapshot(full=True)
+                held_now = sorted(project.repo.held)
                 note = {"root": session.root, "session": session.id, "turn": turn_id, "revertId": revert_id,
                         "from": current, "to": target, "at": now_iso()}
-                files = await project.repo.restore(current, target, note)
+                files = await project.repo.restore(current, target, note, keep=set(held_then))
+                kept = self._not_restored(project, entries[start:], held_then, files)
                 after = await project.repo.snapshot(full=True)
                 await asyncio.to_thread(project.repo.append, {
                     "k": "revert", "s": session.id, "id": revert_id, "t": turn_id, "prev": current, "tree": after,
-                    "at": now_iso()}, durable=True)
+                    "at": now_iso()} | ({"prevHeld": held_now} if held_now else {}), durable=True)
             except (CheckpointError, OSError) as exc:
                 raise PideskError(f"the revert could not finish: {exc}; files already restored stay restored "
                                   "— run it again once the cause is fixed") from None
             project.last = after
         with self.p.store.db.tx() as db:
             repo.audit(db, "workspace.reverted", session.id, None, turn=turn_id, revert_id=revert_id, files=files)
-        return {"files": files, "revertId": revert_id}
+        return {"files": files, "revertId": revert_id, "notRestored": kept}
+
+    @staticmethod
+    def _not_restored(project: _Project, since_target: list[dict[str, Any]], held_then: list[str], files: list[str]
+                      ) -> list[str]:
+        """The files a revert left as they are because no checkpoint holds the content they had, or
+        have: those over the size cap when its target was taken or now, and those over it that
+        calls since then came upon."""
+        since = {path for e in since_target for path, _status, _size in e.get("big", ())}
+        root = project.repo.root
+        return sorted(p for p in (since | project.repo.held | set(held_then)) - set(files) if (root / p).exists())
 
     def _refuse_busy(self, session_id: str, root: str) -> None:
         if self.p.is_busy(session_id):
@@ -331,6 +365,17 @@ class Checkpoints:
             if other.root == root:
                 raise Conflict(f"session {other.id} is running in the same project; revert once it is idle",
                                Code.AGENT_BUSY)
+
+
+def _too_large(path: str, status: str, size: int, cap: int) -> dict[str, Any]:
+    """A ``session.changes`` file entry for a file no checkpoint could record."""
+    return {"path": path, "status": status, "additions": 0, "deletions": 0, "tooLarge": True,
+            "diff": f"({path} is {_mib(size)}, over the {_mib(cap)} checkpoint limit: its content was not "
+                    "recorded, and a revert leaves it as it is)"}
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1024 * 1024):,.1f} MiB" if size >= 1024 * 1024 else f"{size:,} bytes"
 
 
 # ---- permission previews ----------------------------------------------------------------

@@ -214,8 +214,8 @@ class Host:
                              permission_mode: Any = None) -> Session:
         return self.sessions.create(project_path, title, mode, permission_mode)
 
-    async def session_list(self, project_path: Any = None) -> dict[str, Any]:
-        return {"sessions": self.sessions.list(project_path)}
+    async def session_list(self, project_path: Any = None, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
+        return await self.sessions.list(project_path, limit, cursor)
 
     async def session_get(self, session_id: Any, before_seq: Any = None, limit: Any = None) -> dict[str, Any]:
         session = self.parts.session(validate.ident(session_id, "sessionId"))

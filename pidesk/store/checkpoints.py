@@ -28,14 +28,20 @@ through ``fast-import`` into one pack (a loose object per file and per directory
 costs ~0.1 ms of file-system work each) and reads the index from that tree.
 The project's ``.gitignore`` files are honoured; the shadow's ``info/exclude`` adds
 ``/.pi/``, the data dir when it lies inside the root, and new files over
-``size_cap`` bytes (listed once, by path). Nested repositories are not entered.
-A root with more than ``max_files`` files after ignores raises ``TooLarge``.
+``size_cap`` bytes (listed once, by path). A tracked file that grows past the
+cap keeps its last recorded content in the index (nothing over the cap is ever
+hashed or stored: a 1.5 GB file cost 4 GB of memory and 1.5 GB of repository)
+and is *held*: a restore leaves it as it is. Each snapshot says which files it
+saw change but could not record (``skipped``), so a turn's changes can say so.
+Nested repositories are not entered. A root with more than ``max_files`` files
+after ignores raises ``TooLarge``.
 
 Git objects and journal lines of plain checkpoints are not fsynced: a power cut
 can lose the last checkpoints' records, never a workspace file. A revert's
 marker and journal line are synced.
 
-A revert writes each file to a temporary sibling and renames it over its path
+A revert fetches the blobs it restores in batches of at most ``RESTORE_BATCH``
+bytes, so its memory is bounded whatever it restores. It writes each file to a temporary sibling and renames it over its path
 (``<name>.pidesk-revert``), so a kill leaves every file either as it was or as
 restored; the marker, written and synced first, names the files, and
 ``interrupted_reverts`` (at boot) reports it and removes any leftover temporary.
@@ -52,7 +58,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from typing import IO, Any
 
 from pidesk.faults import NO_FAULTS, Faults
@@ -60,7 +66,8 @@ from pidesk.store.transcripts import fsync_dir, private_dir
 from pidesk.store.treewatch import TreeWatch
 
 DIR_NAME = "checkpoints"
-SIZE_CAP = 10 * 1024 * 1024  # a new file larger than this is never checkpointed (nor restored)
+SIZE_CAP = 10 * 1024 * 1024  # a file larger than this is never checkpointed (nor touched by a restore)
+RESTORE_BATCH = 64 * 1024 * 1024  # bytes of blobs a restore holds in memory at once
 MAX_FILES = 50_000  # a root with more files (after ignores) is not checkpointed at all
 GIT_TIMEOUT = 60.0  # seconds for one git invocation
 TEMP_SUFFIX = ".pidesk-revert"
@@ -140,6 +147,10 @@ class ShadowRepo:
         self._ready = False
         self._tracked: set[str] | None = None  # the paths in the shadow index; None: to be read again
         self._tree: str | None = None  # the tree of the index as it stands, when known
+        # tracked files over the size cap, left at their last recorded content: (size, mtime) as last seen
+        self._held: dict[str, tuple[int, int]] = {}
+        # what the last snapshot saw change but could not record: path -> (status, size in bytes)
+        self.skipped: dict[str, tuple[str, int]] = {}
         self.watch = TreeWatch(root)
 
     # ---- git ------------------------------------------------------------------------
@@ -247,6 +258,7 @@ class ShadowRepo:
         when the caller knows nothing else can have (a Write or Edit names its file). ``full``
         scans every file whatever the watch says."""
         await self._ensure()
+        self.skipped = {}
         scope = await self._scope(paths, full)
         if not (self.git_dir / "index").exists():
             return await self._first_snapshot()
@@ -258,6 +270,7 @@ class ShadowRepo:
         changed = direct
         if scope is None or scope:
             changed += await self._scan(self._tracked, scope)
+        changed = self._hold_large(changed)
         if not changed and self._tree is not None:  # the index is the last tree's: no write-tree
             return self._tree
         if changed:
@@ -274,6 +287,31 @@ class ShadowRepo:
             self._tracked = self._after_update(tracked, changed)
         self._tree = (await self._git("write-tree")).decode().strip()
         return self._tree
+
+    @property
+    def held(self) -> set[str]:
+        """The tracked files over the size cap: their newest content is in no checkpoint."""
+        return set(self._held)
+
+    def _hold_large(self, changed: list[str]) -> list[str]:
+        """``changed`` without the files now over the size cap: their index entries stay as last
+        recorded. One is in ``skipped`` when it changed since it was last seen (not merely listed
+        again by a full scan)."""
+        kept: list[str] = []
+        for path in changed:
+            try:
+                info = os.lstat(self.root / path)
+            except OSError:
+                info = None
+            if info is None or not stat.S_ISREG(info.st_mode) or info.st_size <= self.size_cap:
+                self._held.pop(path, None)
+                kept.append(path)
+                continue
+            seen = (info.st_size, info.st_mtime_ns)
+            if self._held.get(path) != seen:
+                self._held[path] = seen
+                self.skipped[path] = ("modified", info.st_size)
+        return kept
 
     def _beyond_links(self, paths: list[str]) -> set[str]:
         """Of ``paths``, those under a directory that is a symbolic link now: git will not look through it."""
@@ -361,6 +399,7 @@ class ShadowRepo:
                     continue
                 if stat.S_ISREG(info.st_mode) and info.st_size > self.size_cap:
                     large.append(path)
+                    self.skipped[path] = ("added", info.st_size)
                     continue
                 added += 1
             elif tag == b"R":
@@ -407,6 +446,7 @@ class ShadowRepo:
                         stdin=lambda pipe: imported.append(self._stream_import(paths, pipe, large)))
         if large:
             await asyncio.to_thread(self._write_excludes, large)
+            self.skipped.update({path: ("added", _size(self.root / path)) for path in large})
         await self._git("read-tree", FIRST_REF)
         await self._git("update-index", "-q", "--refresh", ok=(0, 1))  # 1: a file changed meanwhile
         self._tracked = set(imported[0]) if imported else None
@@ -492,9 +532,13 @@ class ShadowRepo:
 
     # ---- revert -----------------------------------------------------------------------
 
-    async def restore(self, current: str, target: str, note: dict[str, Any]) -> list[str]:
+    async def restore(self, current: str, target: str, note: dict[str, Any], keep: Set[str] = frozenset()
+                      ) -> list[str]:
         """Make the root's files match tree ``target`` where they differ from tree ``current``
-        (a snapshot just taken). Ignored paths are never touched. Returns the paths changed."""
+        (a snapshot just taken). Ignored paths, held files (over the size cap: their content now
+        is in no checkpoint, so it could not be brought back) and ``keep`` (those held when
+        ``target`` was taken: ``target`` does not hold their content then) are never touched.
+        Returns the paths changed."""
         raw = (await self._git("diff-tree", "-r", "-z", "--no-renames", "--raw", current, target)).split(b"\0")
         changes: list[tuple[str, str, str, str]] = []  # (path, status, mode, blob)
         for i in range(0, len(raw) - 1, 2):
@@ -505,15 +549,38 @@ class ShadowRepo:
             changes.append((os.fsdecode(raw[i + 1]), status[:1], mode, blob))
         if not changes:
             return []
-        ignored = await self._ignored([c[0] for c in changes])
+        ignored = await self._ignored([c[0] for c in changes]) | set(self._held) | set(keep)
         changes = [c for c in changes if c[0] not in ignored and c[2] != "160000"]
-        blobs = await self._blobs({c[3] for c in changes if c[1] != "D"})
         files = [c[0] for c in changes]
         await asyncio.to_thread(self._write_marker, {**note, "files": files})
         self.faults.hit("revert.after_marker")
-        await asyncio.to_thread(self._apply, changes, blobs)
+        deletions, writes = [c for c in changes if c[1] == "D"], [c for c in changes if c[1] != "D"]
+        dirs = await asyncio.to_thread(self._delete, deletions)  # first: a file may replace a directory
+        for batch in await self._batches(writes):
+            blobs = await self._blobs({c[3] for c in batch})
+            dirs |= await asyncio.to_thread(self._write, batch, blobs)
+        await asyncio.to_thread(self._sync_dirs, dirs)
         await asyncio.to_thread(self.marker.unlink, True)
         return files
+
+    async def _batches(self, writes: list[tuple[str, str, str, str]]) -> list[list[tuple[str, str, str, str]]]:
+        """``writes`` in runs whose blobs together hold at most ``RESTORE_BATCH`` bytes (a blob larger
+        than that alone: one a checkpoint from before the size cap covered tracked files stored)."""
+        if not writes:
+            return []
+        shas = sorted({c[3] for c in writes})
+        listed = await self._git("cat-file", "--batch-check", stdin="".join(f"{s}\n" for s in shas).encode())
+        sizes = {sha: int(size) for sha, _kind, size in (line.split() for line in listed.decode().splitlines())}
+        batches: list[list[tuple[str, str, str, str]]] = [[]]
+        held = 0
+        for change in writes:
+            size = sizes.get(change[3], 0)
+            if batches[-1] and held + size > RESTORE_BATCH:
+                batches.append([])
+                held = 0
+            batches[-1].append(change)
+            held += size
+        return batches
 
     async def _ignored(self, paths: list[str]) -> set[str]:
         out = await self._git("check-ignore", "--no-index", "-z", "--stdin", ok=(0, 1),  # 1: none is ignored
@@ -544,21 +611,22 @@ class ShadowRepo:
         os.replace(tmp, self.marker)
         fsync_dir(self.base)
 
-    def _apply(self, changes: list[tuple[str, str, str, str]], blobs: dict[str, bytes]) -> None:
+    def _delete(self, deletions: list[tuple[str, str, str, str]]) -> set[Path]:
         root = self.root
         dirs: set[Path] = set()
-        for path, status, _mode, _blob in changes:  # deletions first: a file may replace a directory
-            if status == "D":
-                target = root / path
-                with contextlib.suppress(FileNotFoundError):
-                    target.unlink()
-                _prune(target.parent, root)
-                dirs.add(target.parent)
-                self.faults.hit("revert.after_file")
-        for path, status, mode, blob in changes:
-            if status == "D":
-                continue
+        for path, _status, _mode, _blob in deletions:
             target = root / path
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+            _prune(target.parent, root)
+            dirs.add(target.parent)
+            self.faults.hit("revert.after_file")
+        return dirs
+
+    def _write(self, writes: list[tuple[str, str, str, str]], blobs: dict[str, bytes]) -> set[Path]:
+        dirs: set[Path] = set()
+        for path, _status, mode, blob in writes:
+            target = self.root / path
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(target.name + TEMP_SUFFIX)
             with contextlib.suppress(FileNotFoundError):
@@ -577,6 +645,10 @@ class ShadowRepo:
             os.replace(tmp, target)
             dirs.add(target.parent)
             self.faults.hit("revert.after_file")
+        return dirs
+
+    @staticmethod
+    def _sync_dirs(dirs: set[Path]) -> None:
         for d in dirs:
             if d.exists():
                 fsync_dir(d)
@@ -656,6 +728,13 @@ def _import_path(path: bytes) -> bytes:
 def _pattern(path: str) -> str:
     """A path as a literal gitignore pattern."""
     return "".join("\\" + c if c in "*?[]\\!# " else c for c in path)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
 
 
 def _private(path: str, flags: int) -> int:

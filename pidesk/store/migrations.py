@@ -277,3 +277,11 @@ def m010_permission_preview(db: sqlite3.Connection) -> None:
     recomputed for every ``permissions.pending`` and ``session.get`` it froze the host for seconds on a
     big file (issue 29). JSON; requests from before have none."""
     db.execute("ALTER TABLE permission_requests ADD COLUMN preview TEXT")
+
+
+@migration
+def m011_session_list_order(db: sqlite3.Connection) -> None:
+    """``session.list`` pages by (created_at, id), for all sessions and for one project's (issue 29/33:
+    at 10,000 sessions every list sorted the whole table)."""
+    db.execute("CREATE INDEX sessions_created ON sessions(created_at, id)")
+    db.execute("CREATE INDEX sessions_project_created ON sessions(project_path, created_at, id)")

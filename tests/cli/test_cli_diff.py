@@ -68,3 +68,25 @@ def test_issue17_a_relative_data_dir_still_records_changes(project, tmp_path):
     [turn] = json.loads(pidesk("diff", session_id, "--json", data_dir=relative, cwd=tmp_path).stdout)["turns"]
     assert [f["path"] for f in turn["files"]] == ["made.txt"]
     assert (tmp_path / "data" / "checkpoints").is_dir() and not (project / "data").exists()
+
+
+def test_a_file_too_large_to_checkpoint_is_named_by_diff_and_left_by_revert(project, data_dir, tmp_path):
+    """Issue 29 item 6: a run that makes a file over the 10 MiB checkpoint cap: `pidesk diff --stat` says it
+    is too large to checkpoint, `pidesk diff` says what that means, and `pidesk revert` names it among
+    the files it left as they are (the rest of the turn is reverted)."""
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps({"responses": [
+        {"toolCalls": [{"name": "Bash", "args": {"command": "head -c 11000000 /dev/zero > big.bin; echo more >> README.md"}}]},
+        {"text": "Done."}]}))
+    pidesk("run", str(project), "make a big file", "--model", f"scripted/{script}", "--permission", "auto",
+           data_dir=data_dir)
+    session_id = json.loads(pidesk("sessions", "list", "--json", data_dir=data_dir).stdout)[0]["id"]
+    stat = pidesk("diff", session_id, "--stat", data_dir=data_dir).stdout
+    assert "big.bin" in stat and "too large to checkpoint" in stat
+    text = pidesk("diff", session_id, data_dir=data_dir).stdout
+    assert "big.bin is 10.5 MiB, over the 10.0 MiB checkpoint limit" in text and "+more" in text
+    turn = json.loads(pidesk("diff", session_id, "--json", data_dir=data_dir).stdout)["turns"][0]["turnId"]
+    done = pidesk("revert", session_id, "--turn", turn, data_dir=data_dir, stdin="y\n").stdout
+    assert "Reverted 1 file:\n  README.md" in done
+    assert "Left as they are (too large to checkpoint" in done and "  big.bin" in done
+    assert (project / "README.md").read_text() == "# demo project\n" and (project / "big.bin").stat().st_size == 11000000

@@ -6,6 +6,7 @@ Real hosts, real git, real files; the scripted provider plays the model.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -347,3 +348,57 @@ async def test_a_dot_git_in_another_case_is_left_out_and_checkpoints_go_on(host,
     changes = await host.call("session.changes", {"sessionId": s["id"]})
     assert [(t["turnId"], [f["path"] for f in t["files"]]) for t in changes["turns"]] == [(turn, ["a.txt"])]
     assert changes.get("note") is None
+
+
+async def test_a_file_grown_past_the_size_cap_is_named_not_stored_and_a_revert_leaves_it(host, provider, project):
+    """Issue 29 item 6: a tracked file grown past the cap in a turn was hashed and stored whole (1.5 GB:
+    4.1 GB of memory, the shadow repo +1.5 GB) and silently so. Now no object over the cap is stored, the
+    turn's changes name the file as too large to checkpoint (once: later turns do not repeat it), and a
+    revert leaves it — its content is in no checkpoint — and says so in ``notRestored``."""
+    cap = 4096
+    checkpoints.of(host.parts).size_cap = cap
+    s = await session(host, project, permissionMode="auto")
+    sid = s["id"]
+    grew = await _turn(host, provider, sid, tool(
+        "Bash", command="head -c 100000 /dev/zero | tr '\\0' x >> README.md && echo s > small.txt "
+                        "&& head -c 50000 /dev/zero > big.bin"))
+    later = await _turn(host, provider, sid, tool("Write", path="c.txt", content="c\n"))
+    changes = await host.call("session.changes", {"sessionId": sid})
+    files = _files(changes, grew)
+    assert {p: (f["status"], f.get("tooLarge", False)) for p, f in files.items()} == {
+        "README.md": ("modified", True), "big.bin": ("added", True), "small.txt": ("added", False)}
+    assert "over the 4,096 bytes checkpoint limit" in files["README.md"]["diff"]
+    assert "a revert leaves it as it is" in files["big.bin"]["diff"]
+    assert list(_files(changes, later)) == ["c.txt"]
+    shadow = checkpoints.of(host.parts)._project(project).repo
+    sizes = subprocess.run(["git", f"--git-dir={shadow.git_dir}", "cat-file", "--batch-all-objects",
+                            "--batch-check=%(objectsize)"], capture_output=True, check=True, text=True).stdout.split()
+    assert sizes and max(map(int, sizes)) <= cap  # nothing over the cap was ever stored
+
+    result = await host.call("session.revert", {"sessionId": sid, "turnId": grew})
+    assert sorted(result["files"]) == ["c.txt", "small.txt"]
+    assert result["notRestored"] == ["README.md", "big.bin"]
+    assert (project / "README.md").stat().st_size == len("# demo project\n") + 100000
+    assert (project / "big.bin").stat().st_size == 50000
+    assert not (project / "small.txt").exists() and not (project / "c.txt").exists()
+
+
+async def test_a_file_back_under_the_cap_is_recorded_again_and_a_revert_never_writes_stale_content(
+    host, provider, project
+):
+    """Issue 29 item 6: a held file (over the cap) that shrinks back is checkpointed again. Its diff for that
+    turn cannot be told (what it held before was never recorded), and a revert to before that turn leaves
+    it: the checkpoint's older content for it is not what the file held then."""
+    checkpoints.of(host.parts).size_cap = 4096
+    s = await session(host, project, permissionMode="auto")
+    sid = s["id"]
+    await _turn(host, provider, sid, tool("Bash", command="head -c 10000 /dev/zero | tr '\\0' y > README.md"))
+    shrank = await _turn(host, provider, sid, tool("Write", path="README.md", content="short again\n"))
+    files = _files(await host.call("session.changes", {"sessionId": sid}), shrank)
+    assert files["README.md"].get("tooLarge") is None
+    assert "was over the checkpoint limit before this turn" in files["README.md"]["diff"]
+    result = await host.call("session.revert", {"sessionId": sid, "turnId": shrank})
+    assert result["files"] == [] and result["notRestored"] == ["README.md"]
+    assert (project / "README.md").read_text() == "short again\n"  # not "# demo project", a state it never had then
+    back = await host.call("session.revert", {"sessionId": sid, "turnId": result["revertId"]})
+    assert back["files"] == [] and (project / "README.md").read_text() == "short again\n"

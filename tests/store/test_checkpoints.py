@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pidesk.store import checkpoints
 from pidesk.store.checkpoints import ShadowRepo, TooLarge
 
 
@@ -214,3 +215,29 @@ async def test_issue17_with_a_watch_a_snapshot_sees_hand_edits_and_spawns_no_git
 
     monkeypatch.setattr(shadow, "_run_git", no_git)
     assert await shadow.snapshot() == seen
+
+
+@pytest.mark.asyncio
+async def test_a_restore_holds_a_bounded_batch_of_blobs_in_memory(tmp_path: Path, project: Path, monkeypatch) -> None:
+    """Issue 29 item 6: a revert read every blob it restores into memory at once (a 1.5 GB file: 4.1 GB of
+    memory). It fetches them in batches of at most RESTORE_BATCH bytes, and restores every file."""
+    monkeypatch.setattr(checkpoints, "RESTORE_BATCH", 10_000)
+    shadow = ShadowRepo(tmp_path / "data", project)
+    for n in range(20):
+        (project / f"f{n}.txt").write_bytes(bytes([65 + n]) * 3000)
+    first = await shadow.snapshot()
+    for n in range(20):
+        (project / f"f{n}.txt").write_text("changed\n")
+    now = await shadow.snapshot()
+    held: list[int] = []
+    fetch = shadow._blobs
+
+    async def counted(shas: set[str]) -> dict[str, bytes]:
+        blobs = await fetch(shas)
+        held.append(sum(map(len, blobs.values())))
+        return blobs
+
+    monkeypatch.setattr(shadow, "_blobs", counted)
+    assert len(await shadow.restore(now, first, {"root": str(project)})) == 20
+    assert all((project / f"f{n}.txt").read_bytes() == bytes([65 + n]) * 3000 for n in range(20))
+    assert len(held) == 7 and max(held) <= 10_000  # 3 files (9,000 bytes) a batch

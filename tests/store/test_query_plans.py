@@ -77,3 +77,20 @@ OPERATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
 @pytest.mark.parametrize("operation", OPERATIONS, ids=OPERATIONS)
 def test_an_operation_that_runs_often_scans_no_table_that_grows_with_every_turn(tmp_path: Path, operation: str):
     assert scans_of(tmp_path / "index.db", OPERATIONS[operation]) == []
+
+
+@pytest.mark.parametrize("project", [None, "/p"])
+def test_a_page_of_sessions_is_read_in_index_order_not_sorted(tmp_path: Path, project: str | None):
+    """Issue 29 item 7: a page of session.list reads its rows in (created_at, id) order from an index —
+    no sort of the whole table (at 10,000 sessions each list sorted them all)."""
+    database = Database(tmp_path / "index.db")
+    database.migrate()
+    executed: list[str] = []
+    database.conn.set_trace_callback(executed.append)
+    repo.list_sessions(database.conn, project, limit=50, after=("2026-01-01T00:00:00.000Z", "s_x"), newest_first=True)
+    database.conn.set_trace_callback(None)
+    [statement] = [s for s in executed if s.startswith("SELECT")]
+    plan = [row[-1] for row in database.conn.execute("EXPLAIN QUERY PLAN " + statement)]
+    assert any("USING INDEX sessions_" in line or "USING COVERING INDEX sessions_" in line for line in plan), plan
+    assert not any("TEMP B-TREE" in line for line in plan), plan
+    database.close()

@@ -70,3 +70,26 @@ async def test_issue17_the_write_permission_card_shows_the_diff_and_flags_the_ov
     await ui.screenshot("permission-diff.png")
     await card.get_by_role("button", name="Allow once").click()
     await expect(page.locator(".turn-changes")).to_have_text("1 file changed +1 −1")
+
+async def test_a_file_too_large_to_checkpoint_says_so_in_the_panel_and_after_a_revert(ui):
+    """Issue 29 item 6: a turn that made a file over the 10 MiB checkpoint cap lists it as too large to
+    checkpoint, open, with the sentence saying a revert leaves it; the revert's toast names it."""
+    s = await ui.session(permission_mode="auto")
+    ui.provider.enqueue(s["id"],
+                        {"toolCalls": [{"name": "Bash", "args": {"command": "head -c 11000000 /dev/zero > big.bin"}}]},
+                        write("notes.md", "one\n"),
+                        {"text": "Done."})
+    await ui.open(session=s["id"])
+    page = ui.page
+    await ui.send("Make a big file")
+    line = page.locator(".turn-changes")
+    await expect(line).to_contain_text("2 files changed")
+    await line.get_by_role("button").click()
+    big = page.locator('.changes-dialog .changes-file[data-path="big.bin"]')
+    await expect(big.locator(".changes-too-large")).to_have_text("too large to checkpoint")
+    await expect(big).to_contain_text("over the 10.0 MiB checkpoint limit")
+    assert await big.evaluate("el => el.open") is True
+    await page.locator(".changes-dialog").get_by_role("button", name="Revert to before this turn").click()
+    await page.locator(".changes-confirm").get_by_role("button", name="Revert", exact=True).click()
+    await expect(page.locator(".toast")).to_contain_text("left as they are (too large to checkpoint): big.bin")
+    assert (ui.project / "big.bin").stat().st_size == 11000000 and not (ui.project / "notes.md").exists()

@@ -76,14 +76,23 @@ def get_session(db: sqlite3.Connection, session_id: str) -> Session | None:
     return _session(row) if row else None
 
 
-def list_sessions(db: sqlite3.Connection, project_path: str | None = None) -> list[Session]:
-    if project_path is None:
-        rows = db.execute(f"SELECT {_SESSION_COLS} FROM sessions s ORDER BY s.created_at").fetchall()
-    else:
-        rows = db.execute(
-            f"SELECT {_SESSION_COLS} FROM sessions s WHERE s.project_path = ? ORDER BY s.created_at",
-            (project_path,),
-        ).fetchall()
+def list_sessions(db: sqlite3.Connection, project_path: str | None = None, *, limit: int = -1,
+                  after: tuple[str, str] | None = None, newest_first: bool = False) -> list[Session]:
+    """Sessions in creation order (``newest_first``: the other way), those of ``project_path`` only
+    when given; at most ``limit`` (-1: all), starting past the session whose (created_at, id) is
+    ``after``."""
+    where, args = [], []
+    if project_path is not None:
+        where.append("s.project_path = ?")
+        args.append(project_path)
+    if after is not None:
+        where.append("(s.created_at, s.id) < (?, ?)" if newest_first else "(s.created_at, s.id) > (?, ?)")
+        args += list(after)
+    order = "DESC" if newest_first else "ASC"
+    rows = db.execute(
+        f"SELECT {_SESSION_COLS} FROM sessions s {'WHERE ' + ' AND '.join(where) if where else ''}"
+        f" ORDER BY s.created_at {order}, s.id {order} LIMIT ?", (*args, limit),
+    ).fetchall()
     return [_session(r) for r in rows]
 
 

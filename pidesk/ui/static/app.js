@@ -796,7 +796,7 @@ function toast(what, kind = 'error', action = null) {
     code && h('code', null, code), h('span', null, text), hint && hint !== text && h('span', { class: 'muted' }, hint),
     action && h('button', { type: 'button', class: 'toast-action', onclick: () => { node.remove(); action.run(); } }, action.label));
   el.toasts.append(node);
-  setTimeout(() => node.remove(), kind === 'error' || action ? 8000 : 3500);
+  setTimeout(() => node.remove(), kind !== 'info' || action ? 8000 : 3500);
 }
 
 function markOnce(name) {

@@ -160,7 +160,9 @@ export function createChanges({ main, transcript, list, rpc, current, toast }) {
     const id = shown;
     try {
       const got = await rpc.call('session.revert', { sessionId: id, turnId });
-      toast(`Reverted ${got.files.length} file${got.files.length === 1 ? '' : 's'}`, 'info');
+      const kept = got.notRestored || [];
+      toast(`Reverted ${got.files.length} file${got.files.length === 1 ? '' : 's'}` + (kept.length
+        ? `; left as they are (too large to checkpoint): ${kept.join(', ')}` : ''), kept.length ? 'warn' : 'info');
       await refresh(id);
     } catch (err) {
       const code = err?.code || err?.data?.code;
@@ -185,14 +187,19 @@ export function createChanges({ main, transcript, list, rpc, current, toast }) {
 }
 
 // One file's unified diff: added lines green, removed red, hunks marked; folded when long.
+// A file too large to checkpoint (tooLarge) or binary has no diff: a sentence says why.
 export function fileDiff(f) {
   const { path, status, additions, deletions } = f;
+  const binary = f.diff === 'binary';
+  const counts = f.tooLarge ? h('span', { class: 'changes-too-large' }, 'too large to checkpoint')
+    : binary ? h('span', { class: 'muted' }, 'binary')
+      : [h('span', { class: 'diff-add-n' }, `+${additions}`), ' ', h('span', { class: 'diff-del-n' }, `−${deletions}`)];
   const head = h('summary', { class: 'changes-file-head' },
-    h('code', null, path), ' ', h('span', { class: `changes-status st-${status}` }, status), ' ',
-    f.diff === 'binary' ? h('span', { class: 'muted' }, 'binary') : [h('span', { class: 'diff-add-n' }, `+${additions}`), ' ', h('span', { class: 'diff-del-n' }, `−${deletions}`)]);
+    h('code', null, path), ' ', h('span', { class: `changes-status st-${status}` }, status), ' ', counts);
   const details = h('details', { class: 'changes-file', dataset: { path } }, head);
-  if (f.diff === 'binary') {
-    details.append(h('p', { class: 'muted small' }, 'A binary file: no text diff.'));
+  if (binary || f.tooLarge) {
+    details.append(h('p', { class: 'muted small' }, binary ? 'A binary file: no text diff.' : f.diff));
+    details.open = Boolean(f.tooLarge);
     return details;
   }
   const lines = f.diff.split('\n').filter((l, i, all) => !(i === all.length - 1 && l === ''))
