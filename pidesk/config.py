@@ -30,8 +30,11 @@ about (``HostConfig.config_dir``; pidesk.host.instructions), wherever the config
     [providers.anthropic]             # ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL override these
     api_key = "…"
 
-    [models."openai/gpt-4.1"]
-    context_limit = 1000000           # tokens the model's view may hold before compaction
+    compact_at = 0.85                 # compact the model's view before a request would fill this much of the window
+
+    [models."openai/local"]
+    context_limit = 32768             # the model's window in tokens (--context-limit wins; else the catalogue's
+                                      # figure for common models, pidesk/providers/windows.py; else 128000)
 
     [models."anthropic/claude-sonnet-4-5"]   # per-model settings (pidesk.cli.models reads them)
     thinking_budget = 8000            # extended thinking with this budget (>= 1024 tokens)
@@ -64,10 +67,12 @@ from typing import Any
 from pidesk.core.errors import Code, InvalidParams
 from pidesk.faults import Faults
 from pidesk.providers.retry import RetryPolicy
+from pidesk.providers.windows import DEFAULT_WINDOW, window_of
 from pidesk.runtime.gate import DEFAULT_SLOTS
 
 DEFAULT_APPROVAL_TIMEOUT = 1800.0
-DEFAULT_CONTEXT_LIMIT = 128_000
+DEFAULT_CONTEXT_LIMIT = DEFAULT_WINDOW
+DEFAULT_COMPACT_AT = 0.85
 # What a HostConfig built without from_environ gets: the sandbox on. A test run on a machine without
 # bubblewrap turns it off here (tests/conftest.py), and says so; nothing else should.
 DEFAULT_SANDBOX_ENABLED = True
@@ -90,7 +95,8 @@ class HostConfig:
     data_dir: Path
     model: str = "demo"
     approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT
-    context_limit: int = DEFAULT_CONTEXT_LIMIT  # tokens the model's view may hold before compaction
+    context_limit: int = DEFAULT_CONTEXT_LIMIT  # the model's window in tokens
+    compact_at: float = DEFAULT_COMPACT_AT  # compact before a request would fill this fraction of the window
     faults: Faults = field(default_factory=Faults)
     # the environment Bash runs with: an allowlist of the host's (command_environment); None: the host's own
     tool_env: Mapping[str, str] | None = None
@@ -141,6 +147,7 @@ class HostConfig:
         approval_timeout: float | None = None,
         max_retries: int | None = None,
         no_sandbox: bool = False,
+        context_limit: int | None = None,
     ) -> HostConfig:
         env = os.environ if environ is None else environ
         path = Path(env["PIDESK_CONFIG"]) if env.get("PIDESK_CONFIG") else _default_config_file()
@@ -162,7 +169,9 @@ class HostConfig:
             model=chosen,
             approval_timeout=approval_timeout or float(
                 env.get("PIDESK_APPROVAL_TIMEOUT") or file.get("approval_timeout", DEFAULT_APPROVAL_TIMEOUT)),
-            context_limit=int(limits.get("context_limit", DEFAULT_CONTEXT_LIMIT)),
+            context_limit=context_limit or _positive(limits.get("context_limit"), "context_limit", path)
+            or window_of(chosen),
+            compact_at=_fraction(file.get("compact_at", DEFAULT_COMPACT_AT), path),
             tool_env=command_environment(env, sandbox.env),
             sandbox=sandbox,
             config_file=path,
@@ -195,6 +204,21 @@ def _http_transport(env: Mapping[str, str], file: Mapping[str, Any]) -> str:
     if not isinstance(raw, str) or raw.lower() not in ("pidesk", "httpx"):
         raise InvalidParams(f'{source} = {raw!r}: it takes "pidesk" or "httpx"', Code.INVALID_PARAMS)
     return raw.lower()
+
+
+def _positive(raw: Any, key: str, path: Path) -> int | None:
+    """A count of tokens from the config file (None when absent); anything else is refused."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1000:
+        raise InvalidParams(f"{key} = {raw!r} in {path}: it takes a number of tokens of at least 1000")
+    return raw
+
+
+def _fraction(raw: Any, path: Path) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0.1 <= raw <= 0.98:
+        raise InvalidParams(f"compact_at = {raw!r} in {path}: it takes a fraction of the window from 0.1 to 0.98")
+    return float(raw)
 
 
 def _retry_policy(env: Mapping[str, str], file: Mapping[str, Any], max_retries: int | None) -> RetryPolicy:

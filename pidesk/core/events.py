@@ -112,6 +112,16 @@ class TurnEnded(Event, tag="turn.ended", frozen=True):
     error_message: str | None = None
 
 
+class ContextCompacted(Event, tag="context.compacted", frozen=True):
+    session_id: str
+    turn_id: str | None
+    message_id: str
+    reason: str
+    tokens_before: int
+    tokens_after: int
+    summary: str
+
+
 class NotificationCreated(Event, tag="notification.created", frozen=True):
     notification: Notification
 
@@ -132,6 +142,7 @@ AnyEvent = (
     | ExecutionChanged
     | QueueChanged
     | TurnEnded
+    | ContextCompacted
     | NotificationCreated
 )
 

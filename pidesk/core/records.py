@@ -76,7 +76,24 @@ class ThinkingBlock(Record, tag="thinking", tag_field="type"):
     opaque: dict[str, Any] | None = None
 
 
-Block = TextBlock | ToolCallBlock | ToolResultBlock | AttachmentBlock | ThinkingBlock
+class CompactionBlock(Record, tag="compaction", tag_field="type"):
+    """Where the model's view of a session starts again (PROTOCOL.md "Turn-3 additions"): the
+    messages before it reach the model only as ``summary``. The host's own message (role
+    ``user``); the transcript keeps every message before it. ``reason``: ``auto`` (the window
+    was filling), ``manual`` (``session.compact``, an approval with ``context: "compact"``),
+    ``fresh`` (an approval with ``context: "fresh"``: no summary, the view starts at the
+    contract)."""
+
+    summary: str
+    reason: str
+    tokens_before: int
+    tokens_after: int
+    # the view keeps the messages from this seq on (up to this message) verbatim: the request being
+    # worked on, or an execution's instructions; None: none (a pidesk addition)
+    kept_from_seq: int | None = None
+
+
+Block = TextBlock | ToolCallBlock | ToolResultBlock | AttachmentBlock | ThinkingBlock | CompactionBlock
 
 
 class Attachment(Record):
@@ -172,6 +189,8 @@ class PlanApproval(Record):
     feedback: str | None
     created_at: str
     resolved_at: str | None
+    # what the execution's view of the conversation starts from (issue 30): "keep" | "compact" | "fresh"
+    context: str = "keep"
 
 
 class PermissionRequest(Record):

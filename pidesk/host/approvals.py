@@ -38,6 +38,9 @@ from pidesk.store import repo
 from pidesk.store.artifacts import ArtifactPathDenied, read_artifact, write_artifact
 from pidesk.tools.base import ToolResult
 
+# what an execution's view of the conversation starts from (issue 30): all of it, a summary of it, or the contract
+CONTEXTS = ("keep", "compact", "fresh")
+
 _OUTCOMES = {
     "rejected": (Code.PLAN_REJECTED, "The user rejected this {kind}."),
     "expired": (Code.PLAN_APPROVAL_TIMEOUT, "Nobody decided on this {kind} before its deadline."),
@@ -123,7 +126,7 @@ class Approvals:
 
     def resolve(
         self, approval_id: Any, session_id: Any, turn_id: Any, decision: Any,
-        permission_mode: Any = None, feedback: Any = None,
+        permission_mode: Any = None, feedback: Any = None, context: Any = None,
     ) -> PlanApproval:
         approval_id = validate.ident(approval_id, "approvalId")
         session_id = validate.ident(session_id, "sessionId")
@@ -131,6 +134,8 @@ class Approvals:
         if decision not in ("approve", "reject"):
             raise InvalidParams(f"decision must be 'approve' or 'reject'; got {decision!r}")
         feedback = validate.optional_text(feedback, "feedback")
+        if context is not None and context not in CONTEXTS:
+            raise InvalidParams(f"context must be one of {', '.join(CONTEXTS)}; got {validate.brief(context)}")
         with self.p.store.db.read() as db:
             approval = repo.get_approval(db, approval_id)
         if approval is None:
@@ -148,7 +153,7 @@ class Approvals:
                 raise InvalidParams("approving needs an explicit permissionMode: ask, accept-edits or auto",
                                     Code.PLAN_PERMISSION_MODE_REQUIRED)
             chosen = validate.enum(permission_mode, PermissionMode, "permissionMode", Code.PLAN_PERMISSION_MODE_INVALID)
-            self._approve(approval, chosen)
+            self._approve(approval, chosen, context or "keep")
             waiter[1].set_result("approved")
         else:
             with self.p.store.db.tx() as db:
@@ -158,16 +163,16 @@ class Approvals:
             waiter[1].set_result("rejected")
         return self._publish_resolved(approval.id)
 
-    def _approve(self, approval: PlanApproval, chosen: PermissionMode) -> None:
+    def _approve(self, approval: PlanApproval, chosen: PermissionMode, context: str) -> None:
         session = self.p.session(approval.session_id)
         mode = change_mode(session.mode, Mode.AGENT, ModeCause.APPROVAL)
         execution_id = new_id("x")
         with self.p.store.db.tx() as db:
             repo.settle_approval(db, approval.id, ApprovalStatus.APPROVED, permission_mode=chosen,
-                                 execution_id=execution_id)
+                                 execution_id=execution_id, context=context)
             repo.update_session(db, session.id, mode=mode.value, permission_mode=chosen.value)
             repo.audit(db, f"{approval.kind.value}.approved", session.id, approval.turn_id, approval=approval.id,
-                       permission_mode=chosen.value, execution=execution_id)
+                       permission_mode=chosen.value, execution=execution_id, context=context)
             repo.audit(db, "mode.changed", session.id, approval.turn_id, frm=session.mode.value, to=mode.value,
                        cause="approval")
             self.p.store.faults.hit("approve.before_commit")

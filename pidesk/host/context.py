@@ -18,14 +18,16 @@ from pidesk.core.records import Block, Message, Session, ToolCallBlock, Usage
 from pidesk.core.transitions import ModeCause, change_mode
 from pidesk.host import checkpoints
 from pidesk.host.approvals import Approvals
+from pidesk.host.compaction import Compactions, span
 from pidesk.host.delegates import Delegates
 from pidesk.host.executions import Executions
 from pidesk.host.instructions import Instructions, Prepared
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
+from pidesk.providers.base import ModelRequest
+from pidesk.runtime.compaction import Plan
 from pidesk.runtime.loop import Nudge, ToolOutcome, TurnEnd
-from pidesk.runtime.context_window import model_view
 from pidesk.runtime.prompts import system_prompt
 from pidesk.store import repo
 from pidesk.host.tooling import TurnTools, tool_specs
@@ -36,7 +38,7 @@ from pidesk.tools.base import ToolResult
 class HostTurnContext:
     def __init__(
         self, parts: Parts, live: LiveTurn, permissions: Permissions, approvals: Approvals, executions: Executions,
-        delegates: Delegates, instructions: Instructions | None = None,
+        delegates: Delegates, instructions: Instructions | None = None, compactions: Compactions | None = None,
     ) -> None:
         self.p = parts
         self.live = live
@@ -52,6 +54,10 @@ class HostTurnContext:
         self.instructions = instructions
         self._prepared: Prepared | None = None  # this turn's instruction files, skills and environment
         self._prompts: dict[Mode, str] = {}
+        self.compactions = compactions or Compactions(parts)
+        # the seqs of the first and last transcript messages of the last request's view (what the provider's
+        # count of its input covers); never the messages themselves, which a waiting turn would hold
+        self._span: tuple[int, int] | None = None
 
     def _current(self) -> Session:
         """The session row as this turn last read it. Nothing else changes its mode, root or project
@@ -82,15 +88,8 @@ class HostTurnContext:
         return prompt
 
     def tool_specs(self) -> list[dict[str, Any]]:
-        session = self._current()
-        names = policy.visible_tools(
-            session.mode, temporary=session.project_path is None, goal_execution=self.live.goal is not None,
-            unattended=self.live.unattended,
-        )
-        specs = tool_specs(self.p.config, names, session.mode)
-        if self.p.plugin_tools is not None and not session.mode.is_contract:  # plugin tools are Agent-only
-            specs += [tool.spec for tool in self.p.plugin_tools.tools()]
-        return specs
+        return session_tool_specs(self.p, self._current(), goal_execution=self.live.goal is not None,
+                                  unattended=self.live.unattended)
 
     def history(self) -> list[Message]:
         # Read afresh for each model request, never kept on the context: a turn lives through
@@ -98,7 +97,19 @@ class HostTurnContext:
         # holding its whole transcript made the host's memory grow with every turn of every busy
         # session (docs/reliability.md, "Load"). Decoding costs about what the provider's
         # conversion of the same messages costs (~1.6 ms at 500 messages).
-        return model_view(self.p.store.messages(self.session_id), self.p.config.context_limit)
+        view = self.compactions.view(self.session_id, self.live)
+        self._span = span(view)
+        return view
+
+    def compaction_due(self, request: ModelRequest, overflow: bool = False) -> Plan | None:
+        return self.compactions.due(request, self.live, overflow)
+
+    async def compacted(self, plan: Plan, summary: str) -> None:
+        await self.compactions.record(self.session_id, self.turn_id, plan, summary, self.system_prompt(),
+                                      self.tool_specs(), self.live)
+
+    def compaction_failed(self, plan: Plan, detail: str) -> None:
+        self.compactions.failed(self.session_id, self.turn_id, plan, detail)
 
     def new_message_id(self) -> str:
         return self.p.store.new_message_id()
@@ -113,9 +124,11 @@ class HostTurnContext:
     def delta(self, message_id: str, text: str) -> None:
         self.p.bus.publish(MessageDelta(session_id=self.session_id, turn_id=self.turn_id, message_id=message_id, text=text))
 
-    def add_usage(self, usage: Usage) -> None:
+    def add_usage(self, usage: Usage, prompt_tokens: int | None = None) -> None:
         with self.p.store.db.tx(durable=False) as db:
             repo.add_usage(db, self.turn_id, usage)
+            if prompt_tokens and self._span is not None:
+                self.compactions.observed(db, self.session_id, prompt_tokens, self._span)
 
     async def append(self, role: str, content: list[Block], message_id: str | None = None) -> Message:
         message: Message = await self.p.in_thread(
@@ -208,3 +221,14 @@ class HostTurnContext:
         if self._tools is None:
             self._tools = TurnTools(self.p, Path(self._current().root))
         return self._tools
+
+
+def session_tool_specs(parts: Parts, session: Session, *, goal_execution: bool = False,
+                       unattended: bool = False) -> list[dict[str, Any]]:
+    """The tool specs a request of ``session`` offers the model, as its mode and turn allow."""
+    names = policy.visible_tools(session.mode, temporary=session.project_path is None,
+                                 goal_execution=goal_execution, unattended=unattended)
+    specs = tool_specs(parts.config, names, session.mode)
+    if parts.plugin_tools is not None and not session.mode.is_contract:  # plugin tools are Agent-only
+        specs += [tool.spec for tool in parts.plugin_tools.tools()]
+    return specs

@@ -27,6 +27,9 @@ from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
 from pidesk.ids import new_id, now_iso
+from pidesk.providers.base import ModelRequest
+from pidesk.runtime.compaction import Plan
+from pidesk.runtime.context_window import model_view
 from pidesk.runtime.loop import Completed, Failed, Nudge, ToolOutcome, TurnEnd, run_turn
 from pidesk.runtime.prompts import system_prompt
 from pidesk.store import repo
@@ -127,7 +130,16 @@ class DelegateContext:
         return tool_specs(self.p.config, names, session.mode)
 
     def history(self) -> list[Message]:
-        return list(self.messages)
+        return model_view(self.messages, self.p.config.context_limit)  # (a delegate's task is short: no summary)
+
+    def compaction_due(self, request: ModelRequest, overflow: bool = False) -> Plan | None:
+        return None
+
+    async def compacted(self, plan: Plan, summary: str) -> None:
+        pass
+
+    def compaction_failed(self, plan: Plan, detail: str) -> None:
+        pass
 
     def new_message_id(self) -> str:
         return new_id("m")
@@ -141,7 +153,7 @@ class DelegateContext:
     def delta(self, message_id: str, text: str) -> None:
         pass
 
-    def add_usage(self, usage: Usage) -> None:
+    def add_usage(self, usage: Usage, prompt_tokens: int | None = None) -> None:
         with self.p.store.db.tx(durable=False) as db:
             repo.add_usage(db, self.turn_id, usage)
 

@@ -31,7 +31,8 @@ from pidesk.core.records import AttachmentBlock, Block, Draft, Session, TextBloc
 from pidesk.host import checkpoints, doctor, validate
 from pidesk.host.approvals import Approvals
 from pidesk.host.bus import EventBus, Subscription
-from pidesk.host.context import HostTurnContext
+from pidesk.host.compaction import Compactions
+from pidesk.host.context import HostTurnContext, session_tool_specs
 from pidesk.host.delegates import Delegates
 from pidesk.host.executions import Executions
 from pidesk.host.forks import Forks
@@ -48,7 +49,9 @@ from pidesk.host.tooling import git_sandbox, sandbox_status
 from pidesk.host.turns import Turns
 from pidesk.plugins.hooks import EventHooks, turn_ended_payload
 from pidesk.providers.base import Provider
+from pidesk.runtime.context_window import estimate_tokens
 from pidesk.runtime.gate import StepGate
+from pidesk.runtime.prompts import system_prompt
 from pidesk.ids import utcnow
 from pidesk.store import Store, repo
 from pidesk.tools.sandbox import SandboxStatus
@@ -76,6 +79,7 @@ class Host:
                                          lambda: clock().astimezone().date().isoformat(), git_sandbox(p))
         self.delegates = Delegates(p, self.permissions, self.instructions)
         self.schedules = Schedules(p, self.sessions, self.turns, clock)
+        self.compactions = Compactions(p)
         self.turns.context_factory = self._context
         self.turns.after_turn = self._after_turn
         self.recovery: Recovery | None = None
@@ -164,7 +168,7 @@ class Host:
         if self.parts.plugin_tools is not None:  # an embedded host's first turn starts and awaits its MCP servers
             await self.parts.plugin_tools.before_turn()
         context = HostTurnContext(self.parts, live, self.permissions, self.approvals, self.executions,
-                                  self.delegates, self.instructions)
+                                  self.delegates, self.instructions, self.compactions)
         await context.prepare()
         return context
 
@@ -269,7 +273,23 @@ class Host:
         includes (plus ``warnings``, a pidesk addition: what was found and left out, and why)."""
         session = self.parts.session(validate.ident(session_id, "sessionId"))
         running = self.parts.live.turns.get(session.id) is not None
-        return listing(await self.instructions.next_request(session, running))
+        listed = listing(await self.instructions.next_request(session, running))
+        view = await self.parts.in_thread(self.compactions.view, session.id)
+        listed["window"] = self.compactions.window(session.id, sum(map(estimate_tokens, view)))
+        return listed
+
+    async def session_compact(self, session_id: Any, instructions: Any = None) -> dict[str, bool]:
+        """Turn-3 additions: compact an idle session's view now (``AGENT_BUSY`` otherwise)."""
+        session = self.parts.session(validate.ident(session_id, "sessionId"))
+        if self.parts.is_busy(session.id):
+            raise Conflict("the session is busy; compact it once it is idle", Code.AGENT_BUSY)
+        prepared = await self.instructions.for_turn(session)
+        system = system_prompt(session.mode, session.root, prepared.context, prepared.environment)
+        try:
+            return await self.compactions.compact_now(session.id, instructions, system,
+                                                      session_tool_specs(self.parts, session))
+        finally:
+            await self.queue.release(session.id)  # a prompt queued meanwhile starts now
 
     async def session_focus(self, session_id: Any, client_id: str = "local") -> dict[str, Any]:
         self.sessions.focus(client_id, session_id)
@@ -405,8 +425,8 @@ class Host:
         return out
 
     async def plans_resolve(self, approval_id: Any, session_id: Any, turn_id: Any, decision: Any,
-                            permission_mode: Any = None, feedback: Any = None) -> Any:
-        return self.approvals.resolve(approval_id, session_id, turn_id, decision, permission_mode, feedback)
+                            permission_mode: Any = None, feedback: Any = None, context: Any = None) -> Any:
+        return self.approvals.resolve(approval_id, session_id, turn_id, decision, permission_mode, feedback, context)
 
     # ---- schedules.* -----------------------------------------------------------------------------
 
@@ -487,7 +507,7 @@ METHODS: dict[str, str] = {
         "host.hello", "host.status", "host.doctor",
         "session.create", "session.list", "session.get", "session.turns", "session.delete", "session.rename",
         "session.setMode", "session.setPermissionMode", "session.fork", "session.focus", "session.context",
-        "session.changes", "session.revert",
+        "session.changes", "session.revert", "session.compact",
         "agent.prompt", "agent.steer", "agent.stop", "agent.abort",
         "agent.queue.push", "agent.queue.list", "agent.queue.remove", "agent.queue.prioritize",
         "agent.queue.sendNow",

@@ -33,6 +33,8 @@ class LiveTurn:
     unattended: bool
     draft: Draft | None = None
     root_message_id: str | None = None
+    root_seq: int | None = None  # the seq of that prompt (an execution's instructions, kept by its compaction)
+    contract_context_done: bool = False  # an execution's approved context (compact, fresh) is applied
     task: asyncio.Task[None] | None = None
     approval_id: str | None = None  # set on an execution turn
     goal: GoalProgress | None = None
@@ -50,6 +52,7 @@ class Live:
     turns: dict[str, LiveTurn] = field(default_factory=dict)  # session id -> its active turn
     focus: dict[str, str] = field(default_factory=dict)  # client id -> focused session id
     held_queues: set[str] = field(default_factory=set)  # sessions whose restored queue waits for a client
+    compacting: set[str] = field(default_factory=set)  # sessions a session.compact is summarising (busy)
 
     def owns(self, session_id: str, turn_id: str) -> LiveTurn | None:
         """The live turn ``turn_id`` if it still owns its session and is not finalizing."""

@@ -97,8 +97,9 @@ class Parts:
         return files
 
     def is_busy(self, session_id: str) -> bool:
-        """An active turn, a pending approval or a queued/running execution (seed 003 §3 rule 15)."""
-        if session_id in self.live.turns:
+        """An active turn, a pending approval or a queued/running execution (seed 003 §3 rule 15), or a
+        compaction under way (issue 30)."""
+        if session_id in self.live.turns or session_id in self.live.compacting:
             return True
         with self.store.db.read() as db:
             return repo.has_open_contract(db, session_id)

@@ -183,7 +183,7 @@ class Turns:
             finally:
                 stored.set_exception(exc)
             return False
-        live.root_message_id = message.id
+        live.root_message_id, live.root_seq = message.id, message.seq
         if live.decided:  # aborted (or shut down) while its prompt was being written: nothing runs
             stored.set_result(message)
             return False

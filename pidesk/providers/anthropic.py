@@ -116,6 +116,8 @@ class AnthropicProvider(SdkProvider):
             body["system"] = request.system
         if request.tools:
             body["tools"] = anthropic_tools(request.tools)
+            if request.tool_choice == "none":
+                body["tool_choice"] = {"type": "none"}
         if self._thinking is not None:
             body["thinking"] = self._thinking
         if self._effort:
@@ -228,7 +230,8 @@ class _Reply:
             t.json.tool_call(t.id, t.name, default=t.start_input) for _, t in sorted(self.tools.items())
         ]
         events.extend(_thought(t) for _, t in sorted(self.thinking.items()))  # never stopped: keep them anyway
-        events.append(UsageReport(self.input_tokens, self.output_tokens, self.cache_read, self.cache_creation))
+        events.append(UsageReport(self.input_tokens, self.output_tokens, self.cache_read, self.cache_creation,
+                                  input_includes_cache=False))
         events.append(Done("tool_calls" if self.tools else "end"))
         return events
 

@@ -24,6 +24,9 @@ class ModelRequest:
     messages: list[Message]
     tools: list[dict[str, Any]]
     agent: str = "main"  # "main", or the id of a delegate (Task) working inside the turn
+    # "none": the tools are offered (the prompt's cached prefix stays the same) but no call may be
+    # made — a compaction's summary request (runtime/compaction.py)
+    tool_choice: Literal["auto", "none"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -65,10 +68,16 @@ class UsageReport:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    input_includes_cache: bool = True  # OpenAI's way; Anthropic reports the cached part apart
 
     @property
     def cache_tokens(self) -> int:
         return self.cache_read_tokens + self.cache_write_tokens
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The whole input of the request, cached or not: how much of the window it filled."""
+        return self.input_tokens if self.input_includes_cache else self.input_tokens + self.cache_tokens
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class Done:
     stop_reason: Literal["end", "tool_calls", "error", "aborted"]
     error_code: str | None = None
     detail: str = field(default="")
+    overflow: bool = False  # the provider refused the input as longer than the model's window
 
 
 StreamEvent = TextDelta | ThinkingDelta | Thought | ToolCall | UsageReport | Done

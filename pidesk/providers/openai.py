@@ -118,6 +118,8 @@ class OpenAIProvider(OpenAIClient):
                                 "stream": True, "stream_options": {"include_usage": True}}
         if request.tools:
             body["tools"] = openai_tools(request.tools)
+            if request.tool_choice == "none":
+                body["tool_choice"] = "none"
         if self._reasoning_effort:
             body["reasoning_effort"] = self._reasoning_effort
         if self._cache:

@@ -89,6 +89,8 @@ class OpenAIResponsesProvider(OpenAIClient):
             body["instructions"] = request.system
         if request.tools:
             body["tools"] = responses_tools(request.tools)
+            if request.tool_choice == "none":
+                body["tool_choice"] = "none"
         if self._reasoning_effort:
             body["reasoning"] = {"effort": self._reasoning_effort, "summary": "auto"}
             body["include"] = ["reasoning.encrypted_content"]

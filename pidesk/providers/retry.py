@@ -75,6 +75,7 @@ class Failure:
     kind: FailureKind
     detail: str
     retry_after: float | None = None
+    overflow: bool = False  # the input is longer than the model's window (``is_overflow``)
 
     @property
     def retryable(self) -> bool:
@@ -118,8 +119,24 @@ def _number(text: str) -> float | None:
     return value if value == value and value != float("inf") else None  # no NaN / inf
 
 
+# How servers say an input is longer than the model's window: OpenAI ("context_length_exceeded",
+# "maximum context length is N tokens"), Anthropic ("prompt is too long: N tokens > M maximum"),
+# vLLM, llama.cpp, Ollama and OpenRouter in their own words.
+_OVERFLOW: Final = re.compile(
+    r"context[_ ]length[_ ]exceeded|maximum context length|context window|prompt is too long"
+    r"|input is too long|too many (?:input )?tokens|exceeds? (?:the )?(?:model'?s? )?(?:context|max(?:imum)? (?:input|sequence))"
+    r"|longer than the model|request_too_large|prompt too long", re.IGNORECASE)
+
+
+def is_overflow(status: int, detail: str) -> bool:
+    """Whether an error answer refuses the input as longer than the model's window."""
+    return status in (400, 413, 422) and bool(_OVERFLOW.search(detail))
+
+
 def classify_status(status: int, headers: Mapping[str, str], detail: str) -> Failure:
     """An HTTP error answer as a ``Failure``; ``detail`` should already name the provider."""
+    if is_overflow(status, detail):
+        return Failure("fatal", detail, overflow=True)
     wait = retry_after(headers) if status in _RETRY_AFTER_STATUSES else None
     if status == 429:
         return Failure("rate_limited", detail, wait)
@@ -266,7 +283,7 @@ async def stream_with_retries(
     async with aclosing(_drive(attempt, policy, sleep, secret)) as events:
         async for event in events:
             if isinstance(event, Done) and event.detail:
-                event = Done(event.stop_reason, event.error_code, redact(event.detail, secret))
+                event = Done(event.stop_reason, event.error_code, redact(event.detail, secret), event.overflow)
             yield event
 
 
@@ -308,7 +325,7 @@ async def _drive(attempt: Attempt, policy: RetryPolicy, sleep: Sleep, secret: st
         if delay is None:
             spent = (f" (gave up after {retries_taken} retries)" if failure.retryable
                      else f" (after {retries_taken} retries)" if retries_taken else "")
-            yield Done("error", failure.code, detail + spent)
+            yield Done("error", failure.code, detail + spent, overflow=failure.overflow)
             return
         retries_taken += 1
         await sleep(delay)

@@ -22,7 +22,12 @@ Fields of a response, applied in this order: ``gate`` (wait until a test calls
 (a reasoning block, streamed word by word as ``ThinkingDelta`` then one ``Thought``),
 ``thinkingRedacted`` (true: a redacted reasoning block, no text), ``text`` (streamed
 word by word), ``gateAfter`` (the same, after the text), ``toolCalls``
-(ids default to ``call_<n>``), ``usage``, ``error`` (end the stream with that code).
+(ids default to ``call_<n>``), ``usage``, ``error`` (end the stream with that code;
+``"overflow": true`` beside it: the provider refused the input as too long for the window).
+
+A summary request (``tool_choice: "none"``, a compaction's) takes the next response only
+when it has ``summary`` (its text); else the model writes a short summary of its own
+(the number of messages and the last user message), leaving the script where it was.
 """
 
 from __future__ import annotations
@@ -99,7 +104,10 @@ class ScriptedProvider:
         queue = self._queues.get(sid)
         if queue is None:
             queue = self._queues[sid] = [*self._script, *self._extra.pop(sid, [])]
-        response = queue.pop(0) if queue else {"text": "Done."}
+        if request.tool_choice == "none":
+            response = {"text": queue.pop(0)["summary"]} if queue and "summary" in queue[0] else _summary(request)
+        else:
+            response = queue.pop(0) if queue else {"text": "Done."}
         try:
             async for event in self._play(response, sid):
                 yield event
@@ -130,7 +138,7 @@ class ScriptedProvider:
                 usage.get("inputTokens", 0), usage.get("outputTokens", 0), usage.get("cacheTokens", 0)
             )
         if error := response.get("error"):
-            yield Done("error", str(error), response.get("detail", "scripted error"))
+            yield Done("error", str(error), response.get("detail", "scripted error"), bool(response.get("overflow")))
         else:
             yield Done("tool_calls" if calls else "end")
 
@@ -144,3 +152,10 @@ class ScriptedProvider:
         if event is None:
             event = table[name] = asyncio.Event()
         return event
+
+
+def _summary(request: ModelRequest) -> dict[str, Any]:
+    """The scripted model's own summary of a conversation: enough to tell one compaction from another."""
+    said = [m.text() for m in request.messages if m.role == "user" and m.text().strip()]
+    last = said[-2] if len(said) >= 2 else "(none)"  # the last is the request for the summary itself
+    return {"text": f"Summary of {len(request.messages) - 1} messages. The last request was: {last[:200]}"}

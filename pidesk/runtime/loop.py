@@ -22,6 +22,7 @@ call of the batch, then lets the cancellation through.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from contextlib import aclosing
@@ -34,6 +35,7 @@ from pidesk.core.records import Block, Message, TextBlock, ThinkingBlock, ToolCa
 from pidesk.core.sizes import json_size
 from pidesk.core.text import scrub
 from pidesk.providers.base import Done, ModelRequest, Provider, TextDelta, ThinkingDelta, Thought, ToolCall, UsageReport
+from pidesk.runtime.compaction import Plan, Refused, summarise, to_summarise
 from pidesk.runtime.gate import Slot, StepGate
 from pidesk.tools.base import ToolResult
 
@@ -77,7 +79,13 @@ class TurnContext(Protocol):
     def take_steers(self) -> list[str]: ...
     def output_started(self) -> None: ...
     def delta(self, message_id: str, text: str) -> None: ...
-    def add_usage(self, usage: Usage) -> None: ...
+    # prompt_tokens: the request's whole input as the provider counted it (None: a summary request's)
+    def add_usage(self, usage: Usage, prompt_tokens: int | None = None) -> None: ...
+    # Before a request: what to compact first, if anything (runtime/compaction.py); after a refusal
+    # of the input as too long (overflow=True): what to compact before the one retry
+    def compaction_due(self, request: ModelRequest, overflow: bool = False) -> Plan | None: ...
+    async def compacted(self, plan: Plan, summary: str) -> None: ...
+    def compaction_failed(self, plan: Plan, detail: str) -> None: ...
     async def append(self, role: str, content: list[Block], message_id: str | None = None) -> Message: ...
     def tool_started(self, call: ToolCallBlock) -> None: ...
     def tool_finished(self, call: ToolCallBlock, result: ToolResult, duration_ms: int) -> None: ...
@@ -133,6 +141,7 @@ class _Turn:
         self.oversized: dict[str, int] = {}  # tool call id -> the size of the arguments it came with
         self.last_read_s: float | None = None  # how long the last history read took (None: none yet)
         self.grown = 0  # about how many bytes of JSON the turn has appended since
+        self.request: ModelRequest | None = None  # the model request just made (until its answer is in)
 
     async def append(self, role: str, content: list[Block], message_id: str | None = None) -> Message:
         self.grown += json_size(content)
@@ -152,6 +161,7 @@ class _Turn:
     async def run(self, provider: Provider) -> TurnEnd:
         ctx = self.ctx
         nudged = False
+        overflowed = False  # the last request was refused as too long (and compacted for one retry)
         for _ in range(MAX_MODEL_CALLS):
             for text in ctx.take_steers():
                 await self.append("user", [TextBlock(text=text)])
@@ -160,6 +170,14 @@ class _Turn:
                 return Completed() if isinstance(verdict, Nudge) else verdict
             message_id = ctx.new_message_id()
             blocks, done = await self.stream(provider, message_id)
+            request, self.request = self.request, None  # (a waiting turn must not hold its view's messages)
+            if done.overflow and not blocks and not overflowed and request is not None:
+                overflowed = True  # refused as longer than the window: compact, and try once more
+                plan = ctx.compaction_due(request, overflow=True)
+                if plan is not None and await self.compact(provider, request, plan):
+                    continue
+            overflowed = False
+            request = None
             if done.stop_reason in ("error", "aborted"):
                 if blocks:
                     await self.append("assistant", blocks, message_id)
@@ -178,6 +196,23 @@ class _Turn:
                 return end
         return Failed(Code.INTERNAL, f"the turn made {MAX_MODEL_CALLS} model calls without finishing")
 
+    async def compact(self, provider: Provider, request: ModelRequest, plan: Plan) -> bool:
+        """Fold the older part of ``request``'s view into a summary the host records (or, for a fresh
+        start, record the cut alone). False when the model gave no summary: the request goes on with
+        the view as it was (``model_view`` still keeps it inside the window)."""
+        summary = ""
+        if plan.summarise:
+            outcome = await summarise(provider, request, to_summarise(request.messages, plan.keep_from),
+                                      plan.instructions, wait=self.slot.wait_for)
+            if isinstance(outcome, Refused):
+                self.ctx.compaction_failed(plan, outcome.done.detail or str(outcome.done.error_code))
+                return False
+            if outcome.usage is not None:
+                self.ctx.add_usage(_usage(outcome.usage))
+            summary = outcome.text
+        await self.slot.wait_for(self.ctx.compacted(plan, summary))
+        return True
+
     async def stream(self, provider: Provider, message_id: str) -> tuple[list[Block], Done]:
         ctx = self.ctx
         history = await self.history()
@@ -185,6 +220,11 @@ class _Turn:
             session_id=ctx.session_id, turn_id=ctx.turn_id, system=ctx.system_prompt(),
             messages=history, tools=ctx.tool_specs(), agent=ctx.agent,
         )
+        plan = ctx.compaction_due(request)
+        if plan is not None and await self.compact(provider, request, plan):
+            self.last_read_s = None  # (the view changed: read it in a thread)
+            request = dataclasses.replace(request, messages=await self.history())
+        self.request = request
         # The answer's blocks in the order they came: thinking and text as they streamed (a
         # thinking block ends the text before it), then the tool calls.
         blocks: list[Block] = []
@@ -238,11 +278,7 @@ class _Turn:
                     begin()
                     calls.append(self.call_block(event))
                 elif isinstance(event, UsageReport):
-                    ctx.add_usage(Usage(
-                        input_tokens=event.input_tokens, output_tokens=event.output_tokens,
-                        cache_tokens=event.cache_tokens, cache_read_tokens=event.cache_read_tokens,
-                        cache_write_tokens=event.cache_write_tokens,
-                    ))
+                    ctx.add_usage(_usage(event), event.prompt_tokens)
                 else:
                     done = event
                     break
@@ -312,6 +348,12 @@ class _Turn:
         )
         await self.append("tool", [block])
         self.ctx.tool_finished(call, result, duration_ms)
+
+
+def _usage(report: UsageReport) -> Usage:
+    return Usage(input_tokens=report.input_tokens, output_tokens=report.output_tokens,
+                 cache_tokens=report.cache_tokens, cache_read_tokens=report.cache_read_tokens,
+                 cache_write_tokens=report.cache_write_tokens)
 
 
 def _timed(read: Callable[[], list[Message]]) -> tuple[list[Message], float]:

@@ -285,3 +285,13 @@ def m011_session_list_order(db: sqlite3.Connection) -> None:
     at 10,000 sessions every list sorted the whole table)."""
     db.execute("CREATE INDEX sessions_created ON sessions(created_at, id)")
     db.execute("CREATE INDEX sessions_project_created ON sessions(project_path, created_at, id)")
+
+
+@migration
+def m012_context_window(db: sqlite3.Connection) -> None:
+    """The model's window as the session last used it (issue 30): ``context_tokens`` the input size of
+    its last model request (the provider's count where it gave one), ``compactions`` how many so far;
+    and the context an approval asked for its execution (``keep``, ``compact``, ``fresh``)."""
+    db.execute("ALTER TABLE sessions ADD COLUMN context_tokens INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE sessions ADD COLUMN compactions INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE plan_approvals ADD COLUMN context TEXT NOT NULL DEFAULT 'keep'")

@@ -232,18 +232,6 @@ async def test_new_context_changes_the_models_view_and_keeps_the_transcript(host
     assert texts[:2] == ["hello", "first answer"]  # the transcript keeps every message
 
 
-async def test_compaction_fits_the_view_into_the_model_limit(make_host, provider, project):
-    host = make_host(context_limit=400)
-    s = await session(host, project)
-    sub = host.subscribe()
-    for i in range(6):
-        provider.enqueue(s["id"], {"text": f"answer {i} " + "x" * 400})
-        await ended(sub, (await prompt(host, s["id"], f"question {i}"))["turnId"])
-    seen = provider.requests[-1].messages
-    assert "compacted" in seen[0].text() and seen[-1].text() == "question 5"
-    assert len((await state(host, s["id"]))["messages"]) == 12
-
-
 async def test_attachments_are_stored_by_content_and_referenced_never_inlined(host, provider, project):
     import base64
 

@@ -39,7 +39,7 @@ def provider(vendor: MockVendor, sleep: RecordedSleep, max_retries: int = 10) ->
 
 
 def hello() -> list[StreamEvent]:
-    return [TextDelta("Hel"), TextDelta("lo"), UsageReport(10, 5), Done("end")]
+    return [TextDelta("Hel"), TextDelta("lo"), UsageReport(10, 5, input_includes_cache=False), Done("end")]
 
 
 def ask(vendor: MockVendor, sleep: RecordedSleep, max_retries: int = 10) -> AsyncIterator[StreamEvent]:
@@ -58,7 +58,8 @@ async def test_text_streams_as_deltas_with_usage_counting_both_cache_kinds(
     ]))
     events = await collect(provider(vendor, sleep).stream(request(message("user", TextBlock(text="hi")),
                                                                   system="You are pidesk.")))
-    assert events == [TextDelta("Hel"), TextDelta("lo"), UsageReport(25, 15, 100, 7), Done("end")]
+    assert events == [TextDelta("Hel"), TextDelta("lo"), UsageReport(25, 15, 100, 7, input_includes_cache=False), Done("end")]
+    assert events[2].prompt_tokens == 132  # the window the request filled: Anthropic counts cached input apart
     [sent] = vendor.requests
     assert (sent.method, sent.path) == ("POST", "/v1/messages")
     # anthropic 2.x sends an api_key as ``authorization: Bearer``; older SDKs used ``x-api-key``
@@ -153,7 +154,7 @@ async def test_a_tool_use_split_across_json_deltas_is_assembled(vendor: MockVend
     assert events == [
         TextDelta("Let me look."),
         ToolCall("toolu_01", "Read", {"path": "src/app.py", "limit": 20}),
-        UsageReport(30, 40),
+        UsageReport(30, 40, input_includes_cache=False),
         Done("tool_calls"),
     ]
 
@@ -181,7 +182,7 @@ async def test_parallel_tool_uses_keep_their_order_and_bad_json_is_passed_raw(
         ToolCall("toolu_a", "Glob", {"pattern": "*.md"}),
         ToolCall("toolu_b", "EnterPlanMode", {}),
         ToolCall("toolu_c", "Write", {"_raw": '{"path": "x.py", "content": "unterminated'}),
-        UsageReport(10, 5),
+        UsageReport(10, 5, input_includes_cache=False),
         Done("tool_calls"),
     ]
 

@@ -27,7 +27,7 @@ from pidesk.store.repo.sessions import Row
 _APPROVAL_COLS = (
     "id, kind, session_id, turn_id, tool_call_id, title, question, criteria, artifact_path,"
     " artifact_sha256, artifact_size, status, deadline, permission_mode, execution_id,"
-    " execution_state, revises, feedback, created_at, resolved_at"
+    " execution_state, revises, feedback, created_at, resolved_at, context"
 )
 
 
@@ -39,19 +39,19 @@ def _approval(row: Row) -> PlanApproval:
         status=ApprovalStatus(row[11]), deadline=row[12],
         permission_mode=PermissionMode(row[13]) if row[13] else None, execution_id=row[14],
         execution_state=ExecutionState(row[15]), revises=row[16], feedback=row[17],
-        created_at=row[18], resolved_at=row[19],
+        created_at=row[18], resolved_at=row[19], context=row[20],
     )
 
 
 def insert_approval(db: sqlite3.Connection, a: PlanApproval) -> None:
     db.execute(
-        f"INSERT INTO plan_approvals ({_APPROVAL_COLS}) VALUES ({','.join('?' * 20)})",
+        f"INSERT INTO plan_approvals ({_APPROVAL_COLS}) VALUES ({','.join('?' * 21)})",
         (
             a.id, a.kind.value, a.session_id, a.turn_id, a.tool_call_id, a.title, a.question,
             json.dumps(a.criteria) if a.criteria is not None else None, a.artifact_path,
             a.artifact_sha256, a.artifact_size, a.status.value, a.deadline,
             a.permission_mode.value if a.permission_mode else None, a.execution_id,
-            a.execution_state.value, a.revises, a.feedback, a.created_at, a.resolved_at,
+            a.execution_state.value, a.revises, a.feedback, a.created_at, a.resolved_at, a.context,
         ),
     )
 
@@ -89,16 +89,17 @@ def settle_approval(
     permission_mode: PermissionMode | None = None,
     execution_id: str | None = None,
     feedback: str | None = None,
+    context: str = "keep",
 ) -> bool:
     """pending -> ``status``; False (no change) if the row was no longer pending."""
     advance(ApprovalStatus.PENDING, status)
     execution_state = ExecutionState.QUEUED if execution_id else ExecutionState.NONE
     cur = db.execute(
         "UPDATE plan_approvals SET status = ?, permission_mode = ?, execution_id = ?,"
-        " execution_state = ?, feedback = ?, resolved_at = ? WHERE id = ? AND status = 'pending'",
+        " execution_state = ?, feedback = ?, resolved_at = ?, context = ? WHERE id = ? AND status = 'pending'",
         (
             status.value, permission_mode.value if permission_mode else None, execution_id,
-            execution_state.value, feedback, now_iso(), approval_id,
+            execution_state.value, feedback, now_iso(), context, approval_id,
         ),
     )
     return cur.rowcount == 1

@@ -290,6 +290,19 @@ def add_usage(db: sqlite3.Connection, turn_id: str, usage: Usage) -> None:
                (*counts, turn_id))
 
 
+def set_context_tokens(db: sqlite3.Connection, session_id: str, tokens: int, *, compacted: bool = False) -> None:
+    """The input size of the session's last model request (or, after a compaction, the estimate of its
+    next); ``compacted`` counts one more compaction."""
+    db.execute("UPDATE sessions SET context_tokens = ?, compactions = compactions + ? WHERE id = ?",
+               (tokens, 1 if compacted else 0, session_id))
+
+
+def context_window(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
+    """(input tokens of the last model request, compactions so far) of a session."""
+    row = db.execute("SELECT context_tokens, compactions FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 def running_turns(db: sqlite3.Connection) -> list[Row]:
     """(turn id, session id, approval id) of every turn still marked running."""
     return db.execute("SELECT id, session_id, approval_id FROM turns WHERE state = 'running'").fetchall()
