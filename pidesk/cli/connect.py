@@ -71,7 +71,7 @@ def running_host(data_dir: Path) -> Remote | None:
     return Remote(str(info["url"]), str(info["token"]), int(info["pid"]))
 
 
-def say_ignored(url: str, *, max_retries: int | None, no_sandbox: bool) -> None:
+def say_ignored(url: str, *, max_retries: int | None, no_sandbox: bool, context_limit: int | None = None) -> None:
     """On stderr: the flags a running host does not take from a client (it runs as it was started)."""
     if max_retries is not None:
         click.echo(f"pidesk: --max-retries {max_retries} does not apply: the running host at {url} "
@@ -79,6 +79,9 @@ def say_ignored(url: str, *, max_retries: int | None, no_sandbox: bool) -> None:
     if no_sandbox:
         click.echo(f"pidesk: --no-sandbox does not apply: the running host at {url} runs Bash as it was "
                    "started (pidesk serve --no-sandbox)", err=True)
+    if context_limit is not None:
+        click.secho(f"pidesk: --context-limit {context_limit} does not apply: the running host at {url} keeps the "
+                    "window it was started with (pidesk serve --context-limit N)", err=True, dim=True)
 
 
 async def insist_on_model(remote: Remote, model: str | None, data_dir: Path | None = None) -> None:

@@ -7,7 +7,8 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import click
 
@@ -46,6 +47,24 @@ _NO_SANDBOX_HELP = ("Run Bash commands unconfined (else in a bubblewrap sandbox:
                     "no network). They can then read the host's token and reach the network.")
 _MAX_RETRIES_HELP = ("Retries of a failed model request (default 10, or PIDESK_MAX_RETRIES, or max_retries "
                      "in the config file); 0: fail at the first error.")
+_CONTEXT_LIMIT_HELP = ("The model's context window in tokens (at least 1000); wins over the config file's "
+                       "context_limit and the built-in figure for the model. The conversation is compacted "
+                       "before a request would fill most of it.")
+
+
+def _context_limit(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value < 1000:
+        raise click.BadParameter(f"{value} is too small: the model's window takes a number of tokens of at least "
+                                 "1000, e.g. --context-limit 32000", ctx, param)
+    return value
+
+
+def _context_limit_option(attached: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option("--context-limit", type=int, default=None, callback=_context_limit, metavar="TOKENS",
+                        help=_CONTEXT_LIMIT_HELP + attached)
+
+
+_ATTACHED = " A running host keeps the window it was started with."
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,8 +85,10 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print every event as one JSON line.")
 @click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
 @click.option("--no-sandbox", is_flag=True, help=_NO_SANDBOX_HELP)
+@_context_limit_option(_ATTACHED)
 def run(project: Path, prompt: str, mode: str, permission_mode: str, model: str | None,
-        data_dir: Path | None, as_json: bool, max_retries: int | None, no_sandbox: bool) -> None:
+        data_dir: Path | None, as_json: bool, max_retries: int | None, no_sandbox: bool,
+        context_limit: int | None) -> None:
     """Run PROMPT unattended in PROJECT (through the running host, else an embedded one); exit non-zero
     with the error code on failure."""
     import asyncio
@@ -75,9 +96,10 @@ def run(project: Path, prompt: str, mode: str, permission_mode: str, model: str 
     from pidesk.cli.run import run_unattended
     from pidesk.config import HostConfig
 
-    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries, no_sandbox=no_sandbox)
+    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries, no_sandbox=no_sandbox,
+                                     context_limit=context_limit)
     _leave(asyncio.run(run_unattended(config, project.resolve(), prompt, mode, permission_mode, as_json, model,
-                                      max_retries, no_sandbox)))
+                                      max_retries, no_sandbox, context_limit)))
 
 
 @main.command()
@@ -107,9 +129,10 @@ def status(data_dir: Path | None, as_json: bool) -> None:
 @click.option("--no-open", is_flag=True, help="Do not open the browser.")
 @click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
 @click.option("--no-sandbox", is_flag=True, help=_NO_SANDBOX_HELP)
+@_context_limit_option()
 def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, token: str | None, new_token: bool,
           model: str | None, approval_timeout: float | None, allow_remote: bool, no_open: bool,
-          max_retries: int | None, no_sandbox: bool) -> None:
+          max_retries: int | None, no_sandbox: bool, context_limit: int | None) -> None:
     """Run the host: JSON-RPC on /rpc, the web UI on /, until SIGTERM or Ctrl+C."""
     import asyncio
 
@@ -119,7 +142,7 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
     from pidesk.server.serve import serve as run_server
 
     config = HostConfig.from_environ(data_dir=data_dir, model=model, approval_timeout=approval_timeout,
-                                     max_retries=max_retries, no_sandbox=no_sandbox)
+                                     max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
     if bind not in ("127.0.0.1", "localhost", "::1") and allow_remote:
         click.echo(f"warning: listening on {bind}: anyone who can reach it and has the token controls "
                    "this machine's agents", err=True)
@@ -243,8 +266,10 @@ def _say_lost(lost: dict[str, int]) -> None:
 @click.option("--model", default=None, help="PROVIDER/MODEL (a running host must run this model).")
 @click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
 @click.option("--no-sandbox", is_flag=True, help=_NO_SANDBOX_HELP)
+@_context_limit_option(_ATTACHED)
 def chat(project: Path | None, session_id: str | None, data_dir: Path | None, url: str | None,
-         token: str | None, model: str | None, max_retries: int | None, no_sandbox: bool) -> None:
+         token: str | None, model: str | None, max_retries: int | None, no_sandbox: bool,
+         context_limit: int | None) -> None:
     """Chat with an agent in PROJECT (a running host, else an embedded one)."""
     import asyncio
 
@@ -253,14 +278,15 @@ def chat(project: Path | None, session_id: str | None, data_dir: Path | None, ur
     from pidesk.cli.link import EmbeddedLink, RemoteLink
     from pidesk.config import HostConfig
 
-    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries, no_sandbox=no_sandbox)
+    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries, no_sandbox=no_sandbox,
+                                     context_limit=context_limit)
     where = str(project.resolve()) if project else None
 
     async def go() -> None:
         target = Remote(url.rstrip("/"), token) if url and token else running_host(config.data_dir)
         if target is not None:
             await insist_on_model(target, model, None if url and token else config.data_dir)
-            say_ignored(target.url, max_retries=max_retries, no_sandbox=no_sandbox)
+            say_ignored(target.url, max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
             await run_chat(RemoteLink(target.url, target.token), where, session_id)
             return
         async with embedded(config) as host:

@@ -16,16 +16,17 @@ import click
 
 from pidesk.cli.connect import embedded, insist_on_model, running_host, say_ignored
 from pidesk.cli.link import EmbeddedLink, RemoteLink
-from pidesk.cli.say import sandbox_line
+from pidesk.cli.say import compaction_line, sandbox_line
 from pidesk.config import HostConfig
 from pidesk.core.errors import Code, Conflict, InvalidParams, PideskError
 
 
 async def run_unattended(config: HostConfig, project: Path, prompt: str, mode: str, permission_mode: str,
                          as_json: bool, model: str | None = None, max_retries: int | None = None,
-                         no_sandbox: bool = False) -> int:
+                         no_sandbox: bool = False, context_limit: int | None = None) -> int:
     """``model``: the ``--model`` given, if any (``config.model`` also holds PIDESK_MODEL and the config file's);
-    ``max_retries`` and ``no_sandbox``: the flags given (a running host keeps its own: said on stderr)."""
+    ``max_retries``, ``no_sandbox`` and ``context_limit``: the flags given (a running host keeps its own: said on
+    stderr)."""
     if not prompt.strip():  # argv cannot hold a NUL nor a megabyte: this is the host's only other refusal
         raise InvalidParams("the prompt is empty: say what to do, e.g. pidesk run . \"add a README\"")
     if mode != "agent":
@@ -34,7 +35,7 @@ async def run_unattended(config: HostConfig, project: Path, prompt: str, mode: s
     remote = running_host(config.data_dir)
     if remote is not None:
         await insist_on_model(remote, model, config.data_dir)
-        say_ignored(remote.url, max_retries=max_retries, no_sandbox=no_sandbox)
+        say_ignored(remote.url, max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
         return await _run(RemoteLink(remote.url, remote.token), project, prompt, permission_mode, as_json)
     async with embedded(config) as host:
         return await _run(EmbeddedLink(host, "run"), project, prompt, permission_mode, as_json)
@@ -85,6 +86,8 @@ def _print(event: dict[str, Any]) -> None:
         mark = "✓" if event["ok"] else f"✗ {event.get('errorCode') or ''}"
         click.echo(click.style(f"  {mark} {event['name']} ({event['durationMs']} ms)",
                                fg="green" if event["ok"] else "red"))
+    elif kind == "context.compacted":
+        click.echo(click.style(f"\n{compaction_line(event)}", dim=True))
     elif kind == "turn.ended":
         code = f": {event['errorCode']}" if event.get("errorCode") else ""
         click.echo(f"\n[turn {event['reason']}{code}]")

@@ -153,6 +153,12 @@ class _Reply:
     def complete(self) -> bool:
         return self.finish_reason is not None
 
+    @property
+    def whole(self) -> bool:
+        """Nothing can be missing even without ``data: [DONE]``: the finish reason came, and the usage
+        chunk that follows it (some servers close the body there, as the official SDK accepts)."""
+        return self.finish_reason is not None and self.usage is not None
+
     def feed(self, chunk: Any) -> str:
         """Take one chunk; returns its text (possibly empty)."""
         if usage := getattr(chunk, "usage", None):

@@ -34,6 +34,7 @@ it is cut at ``MAX_DETAIL`` characters (an error page can be megabytes).
 from __future__ import annotations
 
 import email.utils
+import html
 import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -229,15 +230,40 @@ class AnswerTooLarge(Exception):
 
 
 def _message(exc: BaseException) -> str:
-    """The server's own words when the body has them, else the exception's text."""
+    """The server's own words when the body has them — a JSON error's message, or the text of a page
+    that is not JSON (a proxy's HTML 502, a plain-text 503) — else the exception's text."""
     body = getattr(exc, "body", None)
     error = body.get("error", body) if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"]:
         return str(error["message"])
+    if isinstance(body, (str, bytes)) and (words := page_text(body)):
+        return f'"{words}"'
+    if body is None and (words := page_text(_response_text(exc))):
+        return f'"{words}"'
     text = str(getattr(exc, "message", None) or exc or type(exc).__name__)
     if (cause := exc.__cause__) is not None:  # the SDKs wrap "Connection error." around the real reason
         text = f"{text} ({type(cause).__name__}: {cause})" if str(cause) else f"{text} ({type(cause).__name__})"
     return text
+
+
+_TAGS: Final = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
+_SPACE: Final = re.compile(r"\s+")
+PAGE_WORDS: Final = 300  # characters of a non-JSON error page quoted
+
+
+def page_text(body: str | bytes) -> str:
+    """What a person would read on an error page: its text without markup, on one line, cut short."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = _SPACE.sub(" ", html.unescape(_TAGS.sub(" ", text[:20_000]))).strip()
+    return text if len(text) <= PAGE_WORDS else text[:PAGE_WORDS - 1] + "…"
+
+
+def _response_text(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    try:
+        return str(getattr(response, "text", "") or "")
+    except Exception:  # a streamed body never read
+        return ""
 
 
 def _status_of_error_body(body: object) -> int:

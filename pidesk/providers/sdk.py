@@ -15,7 +15,15 @@ from typing import Any, Protocol
 import msgspec
 
 from pidesk.providers.base import ModelRequest, StreamEvent, TextDelta
-from pidesk.providers.retry import DEFAULT_MAX_RETRIES, Failure, RetryPolicy, SdkErrors, Sleep, stream_with_retries
+from pidesk.providers.retry import (
+    DEFAULT_MAX_RETRIES,
+    Failure,
+    RetryPolicy,
+    SdkErrors,
+    Sleep,
+    page_text,
+    stream_with_retries,
+)
 from pidesk.providers.sse import Events
 
 log = logging.getLogger(__name__)
@@ -37,7 +45,9 @@ class SdkProvider(ABC):
     vendor = ""
     path = ""  # the streaming endpoint, under the client's base URL
     decoder: msgspec.json.Decoder[Any]
-    ends_with_done = False  # the format ends a complete stream with ``data: [DONE]`` (Chat Completions)
+    # the format ends a complete stream with ``data: [DONE]`` (Chat Completions); a reply that is ``whole``
+    # without it (its finish reason and usage came) is taken, as the official SDK takes it
+    ends_with_done = False
 
     def __init__(self, model: str, *, api_key: str, base_url: str | None, lean_http: bool = True,
                  max_retries: int = DEFAULT_MAX_RETRIES, sleep: Sleep = asyncio.sleep) -> None:
@@ -169,6 +179,9 @@ class SdkProvider(ABC):
         reply = self._reply()
         try:
             async with stream:
+                if stream.content_type.startswith("application/json"):
+                    yield _not_a_stream(self.vendor, stream.content_type, await stream.head())
+                    return
                 async for event in stream:
                     text = reply.feed(event)
                     if reply.out:  # thinking, as it streams (before the text: it came first)
@@ -186,8 +199,9 @@ class SdkProvider(ABC):
         if not reply.complete:
             yield Failure("broken", f"the {self.vendor} stream ended before the response was finished")
             return
-        if self.ends_with_done and not stream.done:
-            yield Failure("broken", f"the {self.vendor} stream ended without data: [DONE] (the answer may be cut short)")
+        if self.ends_with_done and not stream.done and not getattr(reply, "whole", False):
+            yield Failure("broken", f"the {self.vendor} stream ended without data: [DONE] or usage after its "
+                                    "finish reason (the answer may be cut short)")
             return
         for event in reply.finish():
             yield event
@@ -195,6 +209,20 @@ class SdkProvider(ABC):
     @abstractmethod
     def _reply(self) -> Reply:
         """A new assembler for one response's events."""
+
+
+def _not_a_stream(vendor: str, content_type: str, body: bytes) -> Failure:
+    """A streaming request answered with one JSON body: the server (or a proxy) does not stream. Not
+    retried: asking again gets the same."""
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        data = None
+    error = data.get("error") if isinstance(data, dict) else None
+    said = error.get("message") if isinstance(error, dict) else error if isinstance(error, str) else None
+    return Failure("fatal", f"the {vendor} server answered a streaming request with plain JSON ({content_type}), "
+                            "not a stream of events: it does not stream, or a proxy in between buffers it"
+                            + (f'; it said "{page_text(str(said))}"' if said else ""))
 
 
 class Reply(Protocol):

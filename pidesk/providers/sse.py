@@ -54,6 +54,19 @@ class Events(Generic[T]):
         self._api_error = api_error
         self.done = False  # ``data: [DONE]`` arrived
 
+    @property
+    def content_type(self) -> str:
+        return str(self._response.headers.get("content-type", "")).lower()
+
+    async def head(self, limit: int = 64 * 1024) -> bytes:
+        """Up to ``limit`` bytes of the body as it is (for a body that is not a stream of events)."""
+        out = bytearray()
+        async for chunk in self._response.aiter_bytes():
+            out += chunk
+            if len(out) >= limit:
+                break
+        return bytes(out[:limit])
+
     async def skip_rest(self) -> None:
         """The provider has read all it needs (between events): read the body's end, so the
         connection goes back to the pool."""

@@ -50,6 +50,15 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class Raw:
+    """An answer with any body: an HTML error page, plain text, JSON where a stream was asked for."""
+
+    status: int
+    body: bytes
+    content_type: str = "text/html"
+
+
+@dataclass(frozen=True)
 class Sse:
     frames: list[bytes]
     cut: bool = False
@@ -69,7 +78,7 @@ class Echo:
     build: Callable[[Received], Reply]
 
 
-Answer = Reply | Sse | Silence | Echo
+Answer = Reply | Raw | Sse | Silence | Echo
 
 
 class MockVendor:
@@ -133,6 +142,11 @@ class MockVendor:
             return await self._silence(reader)
         if isinstance(answer, Reply):
             await self._reply(writer, answer)
+            return True
+        if isinstance(answer, Raw):
+            headers = {"content-type": answer.content_type, "content-length": str(len(answer.body))}
+            writer.write(_status_line(answer.status) + self._headers(headers) + answer.body)
+            await writer.drain()
             return True
         return await self._stream(reader, writer, answer)
 

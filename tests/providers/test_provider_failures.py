@@ -12,7 +12,7 @@ import pytest
 from pidesk.core.records import TextBlock
 from pidesk.providers import sse
 from pidesk.providers.anthropic import AnthropicProvider
-from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall
+from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall, UsageReport
 from pidesk.providers.openai import OpenAIProvider
 from pidesk.providers.retry import RetryPolicy
 from pidesk.providers.sdk import SdkProvider
@@ -20,6 +20,7 @@ from tests.providers.mock_vendors import (
     OPENAI_DONE,
     Echo,
     MockVendor,
+    Raw,
     Received,
     RecordedSleep,
     Reply,
@@ -168,25 +169,40 @@ async def test_an_anthropic_stream_that_stalls_after_text_fails_with_what_happen
 
 
 @pytest.mark.asyncio
-async def test_an_openai_stream_without_done_is_broken(vendor: MockVendor, sleep: RecordedSleep) -> None:
-    """Issue 16 §4: an OpenAI stream that ends without ``data: [DONE]`` may have lost its end (a
-    proxy closing a finished-looking body): it is broken — replayed while nothing was shown."""
-    vendor.script(call_answer(done=False), call_answer(done=False), call_answer(done=True))
+async def test_an_openai_stream_cut_after_its_finish_reason_is_broken(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    """Issue 16 §4: an OpenAI stream that ends after the finish reason but before the usage chunk and
+    ``data: [DONE]`` lost its end (a proxy closing a finished-looking body): it is broken — replayed
+    while nothing was shown."""
+    cut = Sse(call_answer().frames[:3])  # the call and its finish reason; no usage, no [DONE]
+    vendor.script(cut, cut, call_answer(done=True))
     events = await ask(openai(vendor.url, sleep))
     assert events[-1] == Done("tool_calls") and sleep.delays == [1.0, 2.0]
 
 
 @pytest.mark.asyncio
-async def test_an_openai_text_stream_without_done_fails_naming_the_missing_done(
+async def test_a_whole_openai_stream_without_done_is_taken_as_the_sdk_takes_it(
     vendor: MockVendor, sleep: RecordedSleep
 ) -> None:
-    """Issue 16 §4: with its text already shown, a stream without [DONE] fails as STREAM_FAILED and
-    says which end was missing."""
-    vendor.script(Sse(openai_text("Hi")[:-1]))
+    """Issue 30 §5: some OpenAI-compatible servers close the body after the finish reason and the usage
+    chunk, without ``data: [DONE]``; the official SDK takes that answer, and so does pidesk."""
+    vendor.script(call_answer(done=False), Sse(openai_text("Hi")[:-1]))
+    assert (await ask(openai(vendor.url, sleep)))[-1] == Done("tool_calls")
+    events = await ask(openai(vendor.url, sleep))
+    assert events == [TextDelta("Hi"), UsageReport(10, 2, 0), Done("end")] and sleep.delays == []
+
+
+@pytest.mark.asyncio
+async def test_an_openai_text_stream_cut_after_its_finish_reason_fails_naming_the_missing_end(
+    vendor: MockVendor, sleep: RecordedSleep
+) -> None:
+    """Issue 16 §4: with its text already shown, a stream cut after its finish reason fails as
+    STREAM_FAILED and says which end was missing."""
+    vendor.script(Sse(openai_text("Hi")[:-2]))
     events = await ask(openai(vendor.url, sleep))
     assert events[:-1] == [TextDelta("Hi")]
-    assert events[-1] == Done("error", "STREAM_FAILED", "the openai stream ended without data: [DONE] (the answer "
-                              "may be cut short) (after part of the answer was streamed)")
+    assert events[-1] == Done("error", "STREAM_FAILED", "the openai stream ended without data: [DONE] or usage "
+                              "after its finish reason (the answer may be cut short) (after part of the answer "
+                              "was streamed)")
 
 
 @pytest.mark.asyncio
@@ -283,3 +299,59 @@ async def test_a_huge_error_body_is_cut_but_keeps_the_retries_spent(vendor: Mock
     assert isinstance(done, Done) and done.detail.startswith("openai answered HTTP 502: xxx")
     assert len(done.detail) < 1100 and done.detail.endswith("… (gave up after 1 retries)")
 
+
+
+NGINX_502 = (b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1>"
+             b"</center>\r\n<hr><center>nginx/1.25.3</center>\r\n</body>\r\n</html>\r\n")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("vendor_name", ["openai", "anthropic"])
+async def test_an_error_page_that_is_not_json_is_quoted_not_reduced_to_its_code(
+    vendor: MockVendor, sleep: RecordedSleep, vendor_name: str
+) -> None:
+    """Issue 30 §5: a proxy's HTML 502 and a plain-text 503 said only "Error code: 502": a person reads
+    the page's words (markup removed), then the retries spent."""
+    make = openai if vendor_name == "openai" else anthropic
+    vendor.script(Raw(502, NGINX_502), Raw(503, b"upstream connect error or disconnect/reset before headers",
+                                           "text/plain"))
+    [done] = await ask(make(vendor.url, sleep, max_retries=1))
+    assert done == Done("error", "PROVIDER_ERROR", f'{vendor_name} answered HTTP 503: "upstream connect error or '
+                        'disconnect/reset before headers" (gave up after 1 retries)')
+    vendor.script(Raw(502, NGINX_502))
+    [done] = await ask(make(vendor.url, sleep, max_retries=0))
+    assert isinstance(done, Done) and done.detail == (f'{vendor_name} answered HTTP 502: "502 Bad Gateway 502 Bad '
+                                                      'Gateway nginx/1.25.3" (gave up after 0 retries)')
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("vendor_name", ["openai", "anthropic"])
+async def test_a_server_that_answers_a_stream_with_json_is_named_and_not_asked_again(
+    vendor: MockVendor, sleep: RecordedSleep, vendor_name: str
+) -> None:
+    """Issue 30 §5: a server (or proxy) that answers ``stream: true`` with one JSON body was read as a
+    stream cut short and asked again ten times; it is named for what it is, once, with its error if any."""
+    make = openai if vendor_name == "openai" else anthropic
+    vendor.script(Raw(200, b'{"id": "x", "choices": [{"message": {"content": "hi"}}]}', "application/json"))
+    [done] = await ask(make(vendor.url, sleep))
+    assert isinstance(done, Done) and (done.error_code, len(vendor.requests), sleep.delays) == (
+        "PROVIDER_ERROR", 1, [])
+    assert done.detail == (f"the {vendor_name} server answered a streaming request with plain JSON "
+                           "(application/json), not a stream of events: it does not stream, or a proxy in between "
+                           "buffers it")
+    vendor.script(Raw(200, b'{"error": {"message": "streaming is disabled for this key"}}',
+                      "application/json; charset=utf-8"))
+    [done] = await ask(make(vendor.url, sleep))
+    assert isinstance(done, Done) and done.detail.endswith('; it said "streaming is disabled for this key"')
+
+
+@pytest.mark.asyncio
+async def test_an_error_inside_an_openai_stream_is_quoted(vendor: MockVendor, sleep: RecordedSleep) -> None:
+    """Issue 30 §5: an OpenAI-compatible server that reports its failure inside the event stream (status
+    200): a person reads its words, not a code."""
+    vendor.script(Sse([openai_chunk(role="assistant", content=""),
+                       b'data: {"error": {"message": "the model backend crashed: CUDA out of memory", '
+                       b'"type": "server_error", "code": 500}}\n\n']))
+    [done] = await ask(openai(vendor.url, sleep, max_retries=0))
+    assert done == Done("error", "PROVIDER_ERROR", "openai sent an error in the stream: the model backend crashed: "
+                        "CUDA out of memory (gave up after 0 retries)")

@@ -74,12 +74,14 @@ const {
   executionSummary: (a) => transcript.executionSummary(a),
   rename: renameSession,
   deleteSession,
+  contextWindow: () => contextLine.window(),
+  compact: (id) => compact(id),
 });
 
 const schedulesPanel = createSchedules(el, { rpc, toast: (what, kind) => toast(what, kind) });
 const changesPanel = createChanges({ main: document.querySelector('main.main'), transcript: $('transcript'), list: $('messages'),
   rpc, current: () => S.current, toast: (what, kind) => toast(what, kind) });
-const contextLine = createContextLine($('context-line'), rpc, () => S.current);
+const contextLine = createContextLine($('context-line'), rpc, () => S.current, () => renderHead());
 
 // ---- connection ---------------------------------------------------------------------
 
@@ -300,10 +302,26 @@ function applyOne(view, ev) {
       view.turns.set(ev.turnId, { ...t, state: 'ended', reason: ev.reason, errorCode: ev.errorCode || null,
         errorMessage: ev.errorMessage || null });
       transcript.turnEnded(ev);
+      readUsage(view, ev.turnId);
       break;
     }
     default:
   }
+}
+
+// A turn's token counts are on its row (session.turns), not in turn.ended: read them once it ends,
+// for the dim usage line under its last message.
+async function readUsage(view, turnId) {
+  let got;
+  try {
+    got = await rpc.call('session.turns', { sessionId: view.id, limit: 5 });
+  } catch {
+    return; // the line shows on the next load
+  }
+  const t = got.turns.find((x) => x.id === turnId);
+  if (!t || S.view !== view) return;
+  view.turns.set(t.id, { ...view.turns.get(t.id), ...t });
+  transcript.usageNote(t);
 }
 
 // ---- desktop notifications (opt-in) -------------------------------------------------------
@@ -510,9 +528,13 @@ function approvalDetails(a) {
   return null;
 }
 
-async function resolvePlan(a, decision, permissionMode, feedback) {
+// ``context`` (approve only): what the execution sees of the conversation, "keep" | "compact" | "fresh"
+async function resolvePlan(a, decision, permissionMode, feedback, context = 'keep') {
   const params = { approvalId: a.id, sessionId: a.sessionId, turnId: a.turnId, decision };
-  if (decision === 'approve') params.permissionMode = permissionMode;
+  if (decision === 'approve') {
+    params.permissionMode = permissionMode;
+    params.context = context;
+  }
   if (feedback) params.feedback = feedback;
   try {
     const updated = await rpc.call('plans.resolve', params);
@@ -566,6 +588,28 @@ async function resolvePermission(req, decision, remember) {
 }
 
 // ---- actions ----------------------------------------------------------------------------
+
+// "Compact" in the header: session.compact folds the model's view of the conversation into a
+// summary now (the transcript keeps every message; the divider it appends says what happened).
+async function compact(id) {
+  if (S.compacting.has(id)) return;
+  S.compacting.add(id);
+  renderHead();
+  renderWorking();
+  try {
+    const res = await rpc.call('session.compact', { sessionId: id });
+    if (!res.compacted) toast('Nothing to compact: no conversation since the session started or was last compacted.', 'info');
+  } catch (err) {
+    toast(err);
+  } finally {
+    S.compacting.delete(id);
+    if (id === S.current) {
+      renderHead();
+      renderWorking();
+      contextLine.refresh();
+    }
+  }
+}
 
 async function send() {
   const text = el.input.value;
@@ -752,8 +796,10 @@ function selectProject(key) {
 // or the turn waits on the user (a permission or an approval card says so).
 function renderWorking() {
   const s = currentSession();
-  const show = !!s && s.status === 'running' && s.planState !== 'awaiting_approval' && !transcript.active();
+  const compacting = !!s && S.compacting.has(s.id);
+  const show = compacting || (!!s && s.status === 'running' && s.planState !== 'awaiting_approval' && !transcript.active());
   el.working.hidden = !show;
+  el.workingText.textContent = compacting ? 'Summarising the conversation for the model…' : 'The agent is working…';
 }
 
 function renderAll() {

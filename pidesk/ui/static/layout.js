@@ -9,7 +9,8 @@ import { S, busy, currentSession, projects, sessionsIn, statusOf } from './state
 
 const FILTER_FROM = 8; // sessions in a project before the sidebar offers a filter box
 
-// ``act``: {openSession, selectProject, queueAction, resolvePermission, executionSummary, rename, deleteSession}
+// ``act``: {openSession, selectProject, queueAction, resolvePermission, executionSummary, rename, deleteSession,
+//          contextWindow, compact}
 export function createLayout(el, act) {
   function renderTabs() {
     const tabs = projects().map((key) => {
@@ -210,16 +211,49 @@ export function createLayout(el, act) {
     const forked = s.forkedFrom && S.sessions.get(s.forkedFrom.sessionId);
     const u = s.usage;
     const usage = u && (u.inputTokens || u.outputTokens)
-      ? h('span', { class: 'usage muted', title: `input ${u.inputTokens}, output ${u.outputTokens}, cached ${u.cacheTokens} tokens` },
-        `${tokens(u.inputTokens)} in · ${tokens(u.outputTokens)} out`)
+      ? h('span', { class: 'usage muted', title: usageTitle(u) }, `${tokens(u.inputTokens)} in · ${tokens(u.outputTokens)} out`)
       : null;
     el.head.replaceChildren(
       h('div', { class: 'title-row' },
         h('h1', { title: s.id }, s.title),
         h('span', { class: 'muted path', title: s.root }, s.projectPath || 'scratch'),
         forked && h('button', { type: 'button', class: 'link', onclick: () => act.openSession(forked.id) }, `forked from “${forked.title}”`)),
-      h('div', { class: 'badges' }, badges, usage),
+      h('div', { class: 'badges' }, badges, h('span', { class: 'head-end' }, usage, contextMeter(s))),
     );
+  }
+
+  function usageTitle(u) {
+    const n = (v) => (v || 0).toLocaleString();
+    const cache = u.cacheTokens ? `; of the input, ${n(u.cacheReadTokens)} read from the prompt cache and ${n(u.cacheWriteTokens)} written to it` : '';
+    return `tokens used by this session: ${n(u.inputTokens)} input, ${n(u.outputTokens)} output${cache}`;
+  }
+
+  // How full the model's context window is (session.context's ``window``, issue 30), and the
+  // button that compacts it now. Amber past 85 %: the host compacts by itself about there.
+  function contextMeter(s) {
+    const w = act.contextWindow();
+    if (!w) return null;
+    const share = w.usedTokens / w.limitTokens;
+    const pct = Math.round(share * 100);
+    const times = w.compactions === 1 ? 'once' : `${w.compactions} times`;
+    const title = `The model's context window: ${w.usedTokens.toLocaleString()} of ${w.limitTokens.toLocaleString()} tokens `
+      + `in use (the last request's input, or an estimate of the next).\n`
+      + (w.compactions ? `Compacted ${times} so far.` : 'Not compacted yet.')
+      + ' Past about 85 % the host summarises the older conversation by itself.';
+    const meter = h('span', { class: `context-meter${share > 0.85 ? ' meter-high' : ''}`, title, role: 'meter',
+      'aria-label': 'context window used', 'aria-valuemin': '0', 'aria-valuemax': String(w.limitTokens),
+      'aria-valuenow': String(Math.min(w.usedTokens, w.limitTokens)), dataset: { compactions: String(w.compactions) } },
+    h('span', { class: 'meter-bar', 'aria-hidden': 'true' }, h('span', { class: 'meter-fill', style: `width: ${Math.min(pct, 100)}%` })),
+    `context ${pct}% · ${tokens(w.usedTokens)} / ${tokens(w.limitTokens)}`);
+    const compacting = S.compacting.has(s.id);
+    const blocked = busy(s) && !compacting;
+    const button = h('button', {
+      type: 'button', class: 'compact-now', disabled: compacting || blocked, onclick: () => act.compact(s.id),
+      title: compacting ? 'Summarising the conversation…'
+        : blocked ? 'The session is busy: compact it once the turn has ended (or the plan is decided).'
+          : 'Summarise the conversation so far for the model, freeing its context window. The transcript here stays whole.',
+    }, compacting ? 'Compacting…' : 'Compact');
+    return [meter, button];
   }
 
   function tokens(n) {

@@ -21,6 +21,7 @@ export const S = {
   approvalCache: new Map(), // approval id -> Promise of plans.get
   approvalDetails: new Map(), // approval id -> {html, markdown, prev?} once loaded
   resyncing: null, // events held while the first reads after a (re)connect are in flight
+  compacting: new Set(), // session ids whose session.compact this page asked and waits for
 };
 
 // ---- merging what the host says -----------------------------------------------------------

@@ -5,7 +5,9 @@
 // rows pair a toolCall block with its toolResult (matched by id); a result whose
 // call lies in an older, unloaded page shows on its own until that page loads.
 // Assistant text is shown as plain text at once and swapped for the host's
-// rendered Markdown (markdown.render, batched) when it arrives.
+// rendered Markdown (markdown.render, batched) when it arrives. A compaction (the
+// host's message holding one ``compaction`` block, issue 30) is a folded divider:
+// where the model's view starts again, its summary inside.
 
 import { h, duration, shortArgs, explain, bytes, mayDo, PERMISSION_LABEL } from './util.js';
 import { lineDiff, renderDiff, diffStats } from './diff.js';
@@ -16,6 +18,13 @@ const USER_CLAMP_LINES = 12;
 const APPROVAL_STATUS = {
   pending: 'awaiting approval', approved: 'approved', rejected: 'rejected', expired: 'expired', interrupted: 'interrupted',
 };
+// What the execution of an approved contract sees of the conversation (plans.resolve ``context``).
+const CONTEXT_CHOICES = [
+  ['keep', 'Keep the conversation', 'The execution sees the whole planning conversation.'],
+  ['compact', 'Compact it first', 'The planning conversation is summarised before the execution starts: less context, the gist kept.'],
+  ['fresh', 'Start fresh', 'The execution starts at the approved contract alone; the planning conversation stays here for you, not for the model.'],
+];
+const CONTEXT_OUTCOME = { compact: ', after compacting the conversation', fresh: ', starting from a fresh context' };
 const EXECUTION_TEXT = {
   queued: 'execution queued', running: 'execution running', completed: 'execution completed',
   failed: 'execution failed', aborted: 'execution aborted', interrupted: 'execution interrupted',
@@ -219,6 +228,8 @@ export class Transcript {
       this._track(m);
       return orphan;
     }
+    const compaction = m.content.find((b) => b.type === 'compaction');
+    if (compaction) return this._compaction(m, compaction);
     const parts = [];
     const turn = this.view.turns.get(m.turnId);
     if (m.role === 'user') {
@@ -267,6 +278,31 @@ export class Transcript {
       if (b.type !== 'toolCall') continue;
       for (const a of this.view.approvals.values()) if (a.toolCallId === b.id) this._placeCard(a, el);
     }
+    return el;
+  }
+
+  // Where the model's view starts again: a divider that unfolds to the summary the model now
+  // sees in place of everything above it (the transcript keeps it all).
+  _compaction(m, b) {
+    const n = (v) => (v || 0).toLocaleString();
+    const fresh = b.reason === 'fresh';
+    const label = fresh ? 'Execution started with a fresh context' : `Context compacted (${b.reason})`;
+    const figures = b.tokensBefore ? ` · ${n(b.tokensBefore)} → ${n(b.tokensAfter)} tokens` : '';
+    const why = {
+      auto: 'The model’s context window was filling up, so the host had the conversation above summarised.',
+      manual: 'The conversation above was summarised on request.',
+      fresh: 'The execution was approved with a fresh context: the model sees the approved contract, not the conversation above.',
+    }[b.reason] || '';
+    const kept = !fresh && b.keptFromSeq !== null && b.keptFromSeq !== undefined
+      ? ' The latest request stays in view word for word.' : '';
+    const body = [h('p', { class: 'compaction-why muted small' }, why, fresh ? '' : ' The model sees this summary instead of it.', kept)];
+    if (b.summary) body.push(h('div', { class: 'compaction-summary' }, this._markdown(b.summary)));
+    const el = h('details', { class: `compaction compaction-${b.reason}`, dataset: { id: m.id, seq: String(m.seq), turn: m.turnId || '' } },
+      h('summary', null, h('span', { class: 'compaction-label' }, label, figures)),
+      body);
+    this.els.set(m.id, el);
+    el._message = m;
+    this._track(m);
     return el;
   }
 
@@ -406,6 +442,10 @@ export class Transcript {
   }
 
   // A turn's tokens, cache reads and writes apart (issue 16 §3), under its last message.
+  usageNote(t) {
+    this._usageNote(t);
+  }
+
   _usageNote(t) {
     const u = t.usage;
     if (!u || !(u.inputTokens || u.outputTokens || u.cacheTokens)) return;
@@ -467,7 +507,7 @@ export class Transcript {
   }
 
   _card(a) {
-    const ui = this.cardUi.get(a.id) || { perm: 'ask', feedback: '', diffOpen: true };
+    const ui = this.cardUi.get(a.id) || { perm: 'ask', context: 'keep', feedback: '', diffOpen: true };
     this.cardUi.set(a.id, ui);
     const det = this.actions.approvalDetails(a);
     const kind = a.kind === 'goal' ? 'Goal' : 'Plan';
@@ -505,7 +545,7 @@ export class Transcript {
     if (pending) parts.push(this._decide(a, ui));
     else if (a.status === 'approved') {
       parts.push(h('p', { class: 'card-outcome' }, `Approved. The execution runs in Agent mode with permissions `,
-        h('strong', null, PERMISSION_LABEL[a.permissionMode] || a.permissionMode), '.'));
+        h('strong', null, PERMISSION_LABEL[a.permissionMode] || a.permissionMode), CONTEXT_OUTCOME[a.context] || '', '.'));
     } else if (a.status === 'rejected') {
       parts.push(h('p', { class: 'card-outcome' }, 'Rejected.', a.feedback ? ' Your feedback:' : ' No feedback given.'));
       if (a.feedback) parts.push(h('blockquote', { class: 'feedback-quote' }, a.feedback));
@@ -598,6 +638,14 @@ export class Transcript {
       onchange: (e) => { ui.perm = e.target.value; showCopy(); },
     }, ['ask', 'accept-edits', 'auto'].map((p) => h('option', { value: p }, `${PERMISSION_LABEL[p]}${p === 'ask' ? ' (default)' : ''}`)));
     select.value = ui.perm;
+    const contextHint = h('span', { class: 'context-hint muted small' });
+    const showContextHint = () => { contextHint.textContent = CONTEXT_CHOICES.find(([v]) => v === ui.context)[2]; };
+    showContextHint();
+    const contextSelect = h('select', {
+      class: 'approve-context', 'aria-label': 'context for the execution',
+      onchange: (e) => { ui.context = e.target.value; showContextHint(); },
+    }, CONTEXT_CHOICES.map(([value, label]) => h('option', { value }, `${label}${value === 'keep' ? ' (default)' : ''}`)));
+    contextSelect.value = ui.context;
     const feedback = h('textarea', {
       class: 'feedback', rows: '2', placeholder: 'Feedback for the agent (optional, sent with Reject)',
       oninput: (e) => { ui.feedback = e.target.value; },
@@ -608,13 +656,14 @@ export class Transcript {
       try { await fn(); } finally { btn.disabled = false; }
     };
     const approve = h('button', { type: 'button', class: 'primary approve' }, 'Approve');
-    approve.addEventListener('click', busy(approve, () => this.actions.resolvePlan(a, 'approve', ui.perm, null)));
+    approve.addEventListener('click', busy(approve, () => this.actions.resolvePlan(a, 'approve', ui.perm, null, ui.context)));
     const reject = h('button', { type: 'button', class: 'reject' }, 'Reject');
     reject.addEventListener('click', busy(reject, () => this.actions.resolvePlan(a, 'reject', null, ui.feedback.trim() || null)));
     const deadline = new Date(a.deadline);
     return h('div', { class: 'decide' },
       h('label', { class: 'decide-perm' }, h('span', null, 'Run it with permissions'), select),
       copy,
+      h('label', { class: 'decide-perm decide-context' }, h('span', null, 'Context for the execution'), contextSelect, contextHint),
       feedback,
       h('div', { class: 'decide-actions' }, approve, reject,
         !Number.isNaN(deadline.getTime()) && h('span', { class: 'deadline muted' }, `decide by ${deadline.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}`)));
