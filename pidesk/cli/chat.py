@@ -7,7 +7,18 @@ Ctrl+D on an empty line quits.
 Commands: /agent /plan /goal (mode), /auto /ask /accept-edits (permission mode),
 /pending (show a waiting plan or permission request again), /diff (what the last
 turn that changed files changed, coloured like ``git diff``), /undo (revert that
-turn, after a y/n prompt), /help, /quit.
+turn, after a y/n prompt), /context (how full the model's window is, and what the
+next request includes), /compact [instructions] (fold the conversation into the
+model's summary now; idle only), /help, /quit.
+
+Compaction (issue 30). A compaction — the host's, as the window fills, or /compact's,
+or an execution approved with a compacted or fresh context — is one dim line where it
+happened: ``── context compacted (auto): 96,120 → 4,310 tokens ──``. The host says it
+twice (``message.appended`` with the compaction block, then ``context.compacted``): the
+line is printed for whichever comes first, once per message id. While /compact runs the
+status line says ``compacting`` and a prompt sent meanwhile is queued (the host starts it
+after). The chat replays no history, so compactions before it started are not shown
+(``pidesk sessions show`` lists them).
 
 At start the chat prints, dimmed, what the session's next model request includes
 (``session.context``: instruction files and skills, then one line per thing left
@@ -20,7 +31,10 @@ permission request with its tool and arguments, and for Write and Edit the diff
 the call would make (and whether it overwrites an existing file). Then a
 decision prompt: a approve (ask), e approve (accept-edits), u approve (auto),
 r reject (with optional feedback); y allow once, s allow for this session,
-n deny. ``/undo`` lists the files the revert restores and asks y/n: y reverts,
+n deny. A confirmed approval then asks what the execution sees of the
+conversation: k keep it (Enter alone keeps it), c compact it into a summary
+first, f fresh (the contract alone); the ``[plan approved · …]`` line says
+which. ``/undo`` lists the files the revert restores and asks y/n: y reverts,
 n, Esc or Ctrl+C keeps everything (and a turn starting meanwhile cancels it).
 
 Invariants of a decision prompt (the keys decide what an agent may do):
@@ -32,7 +46,9 @@ Invariants of a decision prompt (the keys decide what an agent may do):
 - An answer is deliberate: the key selects (and says what it selected), Enter
   confirms; any other key clears the selection, so a stray Enter or a word
   typed into the prompt decides nothing. ``auto`` asks once more (y, Enter),
-  because it lets every tool run unasked.
+  because it lets every tool run unasked. The one exception is the context step
+  after a confirmed approval: Enter alone keeps the context, the default, which
+  changes nothing; compact and fresh each take their key, then Enter.
 - Esc dismisses the prompt; the request stays pending in the host, the status
   line says so and ``/pending`` shows it again. Ctrl+C aborts the turn, as
   everywhere else.
@@ -67,7 +83,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.text import Text
 
-from pidesk.cli.say import sandbox_line
+from pidesk.cli.say import compaction_line, sandbox_line, window_line
 from pidesk.core.errors import PideskError
 
 MODES = ("agent", "plan", "goal")
@@ -77,6 +93,7 @@ BACKSPACE = ("\x7f", "\b")
 PLAN_CHOICES = {"a": "ask", "e": "accept-edits", "u": "auto", "r": "reject"}
 PERMISSION_CHOICES = {"y": "allow once", "s": "allow for this session", "n": "deny"}
 UNDO_CHOICES = {"y": "revert", "n": "keep everything"}
+CONTEXT_CHOICES = {"k": "keep", "c": "compact", "f": "fresh"}  # what an approved execution sees (issue 30)
 
 
 def last_undoable(turns: list[dict[str, Any]]) -> int | None:
@@ -107,8 +124,12 @@ Keys: Enter sends (queued while a turn runs) · Shift+Tab cycles agent → plan 
 Commands: /agent /plan /goal — mode · /ask /accept-edits /auto — permission mode ·
           /pending — show a waiting plan or permission request again ·
           /diff — what the last turn that changed files changed ·
-          /undo — revert that turn (asks first; hand edits since then are reverted too) · /help · /quit
-Decisions: press the key, then Enter to confirm (auto asks once more) · Esc leaves it pending"""
+          /undo — revert that turn (asks first; hand edits since then are reverted too) ·
+          /context — how full the model's window is, and what the next request includes ·
+          /compact [instructions] — fold the conversation into the model's summary now · /help · /quit
+Decisions: press the key, then Enter to confirm (auto asks once more) · Esc leaves it pending ·
+           an approval then asks what the execution sees: [k] keep the conversation (Enter),
+           [c] compact it into a summary first, [f] fresh: the plan alone"""
 
 
 @dataclass
@@ -120,6 +141,7 @@ class Decision:
     epoch: int  # keys read before this epoch were typed before the prompt: never an answer
     choice: str | None = None
     confirming_auto: bool = False
+    approving: str | None = None  # the permission mode of a confirmed approval, now choosing its context
     feedback: bool = False  # a confirmed reject, now reading optional feedback …
     text: str = ""  # … typed here (the prompt being written stays in Chat.buffer)
 
@@ -140,6 +162,8 @@ class Chat:
         self.permissions: dict[str, dict[str, Any]] = {}  # pending permission requests by id
         self.dismissed: set[str] = set()  # ids whose prompt Esc put away
         self.decision: Decision | None = None
+        self.compacting: asyncio.Task[None] | None = None  # /compact's session.compact, while it runs
+        self.compactions: set[str] = set()  # message ids of the compactions shown (each is announced twice)
 
     # ---- output --------------------------------------------------------------------
 
@@ -148,7 +172,7 @@ class Chat:
         decision = self.decision
         if decision is not None:
             return fit(decision_line(decision), decision.text, room)
-        state = "running" if self.turn_id else "idle"
+        state = "running" if self.turn_id else "compacting" if self.compacting is not None else "idle"
         waiting = ""
         if self.plan is not None:
             waiting = f" · {self.plan['kind']} waiting: /pending"
@@ -206,9 +230,22 @@ class Chat:
             if exc.code != "METHOD_NOT_FOUND":  # an older host has no such method: nothing to say
                 self.console.print(f"context: {exc.code}: {exc.message}", style="red", markup=False, highlight=False)
             return
-        self.console.print(context_line(context), style="dim", markup=False, highlight=False)
-        for warning in context.get("warnings") or []:
-            self.console.print(f"  ⚠ {warning}", style="dim", markup=False, highlight=False)
+        for line in context_lines(context):
+            self.console.print(line, style="dim", markup=False, highlight=False)
+
+    async def show_window(self) -> None:
+        """``/context``: how full the model's window is (``window``, issue 30), then the start-up context lines."""
+        context = await self.link.call("session.context", {"sessionId": self.session["id"]})
+        window = context.get("window")
+        lines = ([window_line(window)] if window else []) + context_lines(context)
+        self.say("\n".join(lines), "dim")
+
+    def show_compaction(self, message_id: str, compaction: dict[str, Any]) -> None:
+        """One dim line where the model's view was cut (once per compaction: the host announces it twice)."""
+        if message_id in self.compactions:
+            return
+        self.compactions.add(message_id)
+        self.say(compaction_line(compaction), "dim")
 
     # ---- events ---------------------------------------------------------------------
 
@@ -235,6 +272,12 @@ class Chat:
         elif kind == "message.appended" and event["message"]["role"] == "assistant":
             self.streamed = ""
             self.show_message(event["message"]["content"])
+        elif kind == "message.appended":
+            for block in event["message"]["content"]:
+                if block.get("type") == "compaction":
+                    self.show_compaction(event["message"]["id"], block)
+        elif kind == "context.compacted":
+            self.show_compaction(event["messageId"], event)
         elif kind == "tool.started":
             self.say(f"▸ {event['name']} {json.dumps(event['args'])[:100]}", "dim")
         elif kind == "tool.finished":
@@ -249,7 +292,7 @@ class Chat:
             if self.plan is not None and self.plan["id"] == approval["id"]:
                 self.plan = None
             self.hide(approval["id"])
-            self.say(f"[{approval['kind']} {approval['status']}]", "bold")
+            self.say(resolved_line(approval), "bold")
             self.next_decision()
         elif kind == "permission.requested":
             request = event["request"]
@@ -427,8 +470,10 @@ class Chat:
         choices = {"plan": PLAN_CHOICES, "permission": PERMISSION_CHOICES, "undo": UNDO_CHOICES}[decision.kind]
         if decision.confirming_auto:
             choices = {"y": "yes"}
+        elif decision.approving is not None:
+            choices = CONTEXT_CHOICES
         if key in ENTER:
-            if decision.choice is not None:
+            if decision.choice is not None or decision.approving is not None:  # (Enter alone keeps the context)
                 await self.confirm(decision)
         elif key.lower() in choices:
             decision.choice = key.lower()
@@ -449,23 +494,27 @@ class Chat:
             self.decision = None
             await self.resolve_permission(decision.item, choice or "n")
             self.next_decision()
-        elif decision.confirming_auto:
+        elif decision.approving is not None:
             self.decision = None
-            await self.resolve_plan(decision.item, "approve", permission_mode="auto")
+            await self.resolve_plan(decision.item, "approve", permission_mode=decision.approving,
+                                    context=CONTEXT_CHOICES[choice or "k"])
+        elif decision.confirming_auto:
+            decision.choice, decision.confirming_auto, decision.approving = None, False, "auto"
         elif choice == "u":
             decision.choice, decision.confirming_auto = None, True
         elif choice == "r":
             decision.choice, decision.feedback = None, True
         else:
-            self.decision = None
-            await self.resolve_plan(decision.item, "approve", permission_mode=PLAN_CHOICES[choice or "a"])
+            decision.choice, decision.approving = None, PLAN_CHOICES[choice or "a"]
 
     async def resolve_plan(self, approval: dict[str, Any], decision: str, *, permission_mode: str | None = None,
-                           feedback: str | None = None) -> None:
+                           context: str | None = None, feedback: str | None = None) -> None:
         params = {"approvalId": approval["id"], "sessionId": approval["sessionId"], "turnId": approval["turnId"],
                   "decision": decision}
         if permission_mode:
             params["permissionMode"] = permission_mode
+        if context:
+            params["context"] = context
         if feedback:
             params["feedback"] = feedback
         self.plan = None  # decided here: not "waiting" any more, whatever the host answers
@@ -546,13 +595,17 @@ class Chat:
                 await self.show_last_changes()
             elif text == "/undo":
                 await self.ask_undo()
+            elif text == "/context":
+                await self.show_window()
+            elif text == "/compact" or text.startswith("/compact "):
+                self.compact(text.removeprefix("/compact").strip())
             elif text == "/help":
                 self.say(HELP, "dim")
             elif text == "/quit":
                 self.done.set()
             elif is_command(text):
                 self.say(f"unknown command {text} — /help lists the commands", "red")
-            elif self.turn_id is not None:
+            elif self.turn_id is not None or self.compacting is not None:  # the host starts it when idle
                 await self.link.call("agent.queue.push", {"sessionId": sid, "text": text})
             else:
                 started = await self.link.call("agent.prompt", {"sessionId": sid, "text": text})
@@ -637,6 +690,39 @@ class Chat:
         self.say(f"/undo again undoes the turn before · pidesk revert {self.session['id']} --turn "
                  f"{result['revertId']} takes this revert back", "dim")
 
+    # ---- /compact (issue 30) ---------------------------------------------------------
+
+    def compact(self, instructions: str) -> None:
+        """``/compact [instructions]``: the host summarises the conversation now, in a task of the chat's own
+        (the model may take a while; keys keep working). The host decides whether it may: busy is refused."""
+        if self.compacting is not None:
+            self.say("a compaction is under way already", "red")
+            return
+        params = {"sessionId": self.session["id"]} | ({"instructions": instructions} if instructions else {})
+        self.compacting = asyncio.create_task(self._compact(params))
+
+    async def _compact(self, params: dict[str, Any]) -> None:
+        try:
+            result = await self.link.call("session.compact", params)
+        except PideskError as exc:
+            what = exc.message if exc.code == "AGENT_BUSY" else f"{exc.code}: {exc.message}"
+            self.say(f"[not compacted: {what}]", "red")
+        else:  # compacted: the compaction's own line says so (its event)
+            if not result.get("compacted"):
+                self.say("[nothing to compact: nothing was said since the session began or was last compacted]",
+                         "dim")
+        finally:
+            self.compacting = None
+            self.redraw()
+
+    async def stop_compacting(self) -> None:
+        """On quitting: the chat's /compact task ends with it (the host finishes or drops the compaction)."""
+        task = self.compacting
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def cycle_mode(self) -> None:
         if self.turn_id is not None:
             self.say("the mode can change only while idle", "red")
@@ -660,6 +746,8 @@ def decision_line(decision: Decision) -> str:
             return "keep everything? Enter confirms · another key changes › n"
         return "revert? [y] yes [n] no, + Enter · Esc cancels › "
     if decision.kind == "plan":
+        if decision.approving is not None:
+            return context_question(decision)
         if decision.confirming_auto:
             return f"auto lets every tool run unasked. Sure? [y] + Enter · other keys go back › {decision.choice or ''}"
         if decision.choice == "r":
@@ -673,6 +761,29 @@ def decision_line(decision: Decision) -> str:
     return "allow? [y] once [s] for this session [n] deny, + Enter · Esc later › "
 
 
+def context_question(decision: Decision) -> str:
+    """The context step of a confirmed approval: what the execution sees of the conversation."""
+    kind = decision.item.get("kind", "plan")
+    if decision.choice == "k":
+        return "keep the whole conversation? Enter confirms · another key changes › k"
+    if decision.choice == "c":
+        return "compact the conversation to a summary? Enter confirms · another key changes › c"
+    if decision.choice == "f":
+        return f"start fresh from the {kind} alone? Enter confirms · another key changes › f"
+    return f"{decision.approving} · context? [k] keep (Enter) [c] compact [f] fresh · Esc later › "
+
+
+def resolved_line(approval: dict[str, Any]) -> str:
+    """``[plan approved · accept-edits · context: fresh]``, ``[plan rejected]`` — the plan.resolved line."""
+    parts = [f"{approval['kind']} {approval['status']}"]
+    if approval["status"] == "approved":
+        if approval.get("permissionMode"):
+            parts.append(approval["permissionMode"])
+        if approval.get("context"):  # (a host before issue 30 does not say)
+            parts.append(f"context: {approval['context']}")
+    return "[" + " · ".join(parts) + "]"
+
+
 def diff_style(line: str) -> str | None:
     """``git diff``'s colours: file headers bold, hunk headers cyan, additions green, deletions red."""
     if line.startswith(("diff ", "--- ", "+++ ", "index ", "new file", "deleted file")):
@@ -684,6 +795,11 @@ def diff_style(line: str) -> str | None:
     if line.startswith("-"):
         return "red"
     return None
+
+
+def context_lines(context: dict[str, Any]) -> list[str]:
+    """``session.context`` as the chat prints it: the context line, then one line per thing left out."""
+    return [context_line(context)] + [f"  ⚠ {warning}" for warning in context.get("warnings") or []]
 
 
 def context_line(context: dict[str, Any]) -> str:
@@ -814,4 +930,5 @@ async def run_chat(link: Any, project: str | None, session_id: str | None) -> No
                 await read_keys(chat)
         finally:
             follower.cancel()
+            await chat.stop_compacting()
             console.print()

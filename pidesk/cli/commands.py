@@ -18,15 +18,21 @@ from typing import Any
 
 import click
 
+from pidesk.cli.say import compaction_line
+
 Handler = Callable[..., Coroutine[Any, Any, Any]]
 CELL = 60  # characters a non-id cell shows before "…"
 SQUEEZED = 10  # the narrowest a folded column may get before the table becomes plain lines
 
 
 def rpc_command(group: click.Group, name: str, columns: tuple[str, ...] = (),
-                show: Callable[[Any], None] | None = None, **kwargs: Any) -> Callable[[Handler], click.Command]:
+                show: Callable[[Any], None] | None = None, *, model: bool = False,
+                **kwargs: Any) -> Callable[[Handler], click.Command]:
     """A command that gets a connected ``client`` and prints what its coroutine returns:
-    ``--json`` as JSON, else through ``show`` (default: ``render`` with ``columns``)."""
+    ``--json`` as JSON, else through ``show`` (default: ``render`` with ``columns``).
+
+    ``model``: the command asks the model (``compact``): it takes ``--model`` for an embedded host,
+    and a running host must run that model (``insist_on_model``)."""
 
     def decorate(fn: Handler) -> click.Command:
         @group.command(name, **kwargs)
@@ -38,11 +44,16 @@ def rpc_command(group: click.Group, name: str, columns: tuple[str, ...] = (),
         def command(data_dir: Path | None, url: str | None, token: str | None, as_json: bool, **params: Any) -> None:
             import asyncio
 
-            from pidesk.cli.connect import connect
+            from pidesk.cli.connect import Remote, connect, insist_on_model
             from pidesk.config import HostConfig
 
+            chosen = params.pop("model", None) if model else None
+
             async def go() -> Any:
-                async with connect(HostConfig.from_environ(data_dir=data_dir), url, token) as client:
+                config = HostConfig.from_environ(data_dir=data_dir, model=chosen)
+                async with connect(config, url, token) as client:
+                    if isinstance(client, Remote):
+                        await insist_on_model(client, chosen, None if url else config.data_dir)
                     return await fn(client, **params)
 
             result = asyncio.run(go())
@@ -53,6 +64,9 @@ def rpc_command(group: click.Group, name: str, columns: tuple[str, ...] = (),
             elif result is not None:
                 render(result, columns)
 
+        if model:
+            command = click.option("--model", default=None, help="PROVIDER/MODEL that writes the summary "
+                                   "(a running host must run this model).")(command)
         return command
 
     return decorate
@@ -193,6 +207,10 @@ async def plans_show(client: Any, approval_id: str) -> Any:
     return await client.call("plans.get", {"approvalId": approval_id})
 
 
+_CONTEXT_WORDS = {"keep": "it sees the whole conversation", "compact": "it sees a summary of the conversation",
+                  "fresh": "it starts fresh from the {kind} alone"}
+
+
 def _show_resolved(got: dict[str, Any]) -> None:
     """What the decision did, in words: never the raw record (``criteria: None``)."""
     what = f"{got['kind']} {got['id']} \u201c{got['title']}\u201d"
@@ -201,6 +219,8 @@ def _show_resolved(got: dict[str, Any]) -> None:
         if got.get("executionId"):
             click.echo(f"execution {got['executionId']}: {got['executionState']} in session {got['sessionId']}, "
                        f"permission {got['permissionMode']}")
+        if got.get("context") in _CONTEXT_WORDS:  # (a host before issue 30 does not say)
+            click.echo(f"context {got['context']}: " + _CONTEXT_WORDS[got["context"]].format(kind=got["kind"]))
         return
     click.echo(f"{got['status']} {what}")
     if got.get("feedback"):
@@ -213,11 +233,16 @@ def _show_resolved(got: dict[str, Any]) -> None:
 @click.argument("approval_id")
 @click.option("--permission", type=click.Choice(["ask", "accept-edits", "auto"]), required=True,
               help="The permission mode the execution runs with.")
-async def plans_approve(client: Any, approval_id: str, permission: str) -> Any:
+@click.option("--context", type=click.Choice(["keep", "compact", "fresh"]), default=None,
+              help="What the execution sees of the conversation: all of it (keep, the default), the model's "
+                   "summary of it (compact), or the plan alone (fresh).")
+async def plans_approve(client: Any, approval_id: str, permission: str, context: str | None) -> Any:
     got = await client.call("plans.get", {"approvalId": approval_id})
-    return await client.call("plans.resolve", {"approvalId": approval_id, "sessionId": got["sessionId"],
-                                               "turnId": got["turnId"], "decision": "approve",
-                                               "permissionMode": permission})
+    params = {"approvalId": approval_id, "sessionId": got["sessionId"], "turnId": got["turnId"],
+              "decision": "approve", "permissionMode": permission}
+    if context is not None:
+        params["context"] = context
+    return await client.call("plans.resolve", params)
 
 
 @rpc_command(plans, "reject", show=_show_resolved)
@@ -325,6 +350,8 @@ def _summary(blocks: list[dict[str, Any]]) -> str:
             parts.append(f"→ {block['name']}({json.dumps(block['args'])})")
         elif block["type"] == "toolResult":
             parts.append(f"← {block['name']}: {'ok' if block['ok'] else block.get('errorCode') or 'failed'}")
+        elif block["type"] == "compaction":
+            parts.append(compaction_line(block))
         else:
             parts.append(f"[{block['type']}]")
     return " ".join(parts)
@@ -475,6 +502,36 @@ async def revert(client: Any, session_id: str, turn_id: str, yes: bool) -> Any:
             return {"cancelled": True}
     result = await client.call("session.revert", {"sessionId": session_id, "turnId": turn_id})
     return {**result, "sessionId": session_id}
+
+
+# ---- compact (issue 30: context compaction) ------------------------------------------------
+
+
+def _show_compacted(result: dict[str, Any]) -> None:
+    if not result["compacted"]:
+        click.echo(f"nothing to compact in session {result['sessionId']}: nothing was said since it began or "
+                   "was last compacted")
+        return
+    block = result.get("compaction")
+    click.echo(compaction_line(block) if block else f"compacted session {result['sessionId']}")
+    if block and block.get("summary"):
+        click.echo(block["summary"])
+
+
+@rpc_command(_top, "compact", show=_show_compacted, model=True)
+@click.argument("session_id")
+@click.option("--instructions", default=None, help="What the summary must keep, e.g. \"the failing test's name\".")
+async def compact(client: Any, session_id: str, instructions: str | None) -> Any:
+    """Fold an idle session's conversation into the model's summary now: its next request starts from that
+    summary (the transcript keeps every message)."""
+    params = {"sessionId": session_id} | ({"instructions": instructions} if instructions else {})
+    result = dict(await client.call("session.compact", params), sessionId=session_id)
+    if result["compacted"]:
+        # its message is the newest, unless a prompt queued meanwhile has started since
+        recent = (await client.call("session.get", {"sessionId": session_id, "limit": 20}))["messages"]
+        result["compaction"] = next((b for m in reversed(recent) for b in m["content"] if b["type"] == "compaction"),
+                                    None)
+    return result
 
 
 COMMANDS = tuple(_top.commands.values())

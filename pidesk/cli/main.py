@@ -168,7 +168,7 @@ def _add_groups() -> None:
 
     for group in GROUPS:
         main.add_command(group)
-    for command in COMMANDS:  # diff, revert
+    for command in COMMANDS:  # diff, revert, compact
         main.add_command(command)
 
 

@@ -112,6 +112,17 @@ class TurnEnded(Event, tag="turn.ended", frozen=True):
     error_message: str | None = None
 
 
+class TurnRetrying(Event, tag="turn.retrying", frozen=True):
+    """A model request failed in a way worth trying again and is sent again after ``wait_s`` seconds."""
+
+    session_id: str
+    turn_id: str
+    attempt: int
+    of: int
+    wait_s: float
+    reason: str
+
+
 class ContextCompacted(Event, tag="context.compacted", frozen=True):
     session_id: str
     turn_id: str | None
@@ -142,6 +153,7 @@ AnyEvent = (
     | ExecutionChanged
     | QueueChanged
     | TurnEnded
+    | TurnRetrying
     | ContextCompacted
     | NotificationCreated
 )

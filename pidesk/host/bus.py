@@ -25,8 +25,9 @@ from collections.abc import AsyncIterator, Callable
 
 import msgspec
 
-from pidesk.core.events import AnyEvent
+from pidesk.core.events import AnyEvent, TurnRetrying
 from pidesk.core.sizes import json_size
+from pidesk.providers.base import Retrying
 
 log = logging.getLogger("pidesk.bus")
 _encoder = msgspec.json.Encoder()
@@ -166,3 +167,9 @@ class EventBus:
         for listener in self.listeners:
             listener(self.seq, event)
         return self.seq
+
+
+def retrying_event(session_id: str, turn_id: str, retry: Retrying) -> TurnRetrying:
+    """``turn.retrying``: a turn's model request is sent again after a wait (the provider's ``Retrying``)."""
+    return TurnRetrying(session_id=session_id, turn_id=turn_id, attempt=retry.attempt, of=retry.of,
+                        wait_s=retry.wait_s, reason=retry.reason)

@@ -18,6 +18,7 @@ from pidesk.core.records import Block, Message, Session, ToolCallBlock, Usage
 from pidesk.core.transitions import ModeCause, change_mode
 from pidesk.host import checkpoints
 from pidesk.host.approvals import Approvals
+from pidesk.host.bus import retrying_event
 from pidesk.host.compaction import Compactions, span
 from pidesk.host.delegates import Delegates
 from pidesk.host.executions import Executions
@@ -25,7 +26,7 @@ from pidesk.host.instructions import Instructions, Prepared
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
-from pidesk.providers.base import ModelRequest
+from pidesk.providers.base import ModelRequest, Retrying
 from pidesk.runtime.compaction import Plan
 from pidesk.runtime.loop import Nudge, ToolOutcome, TurnEnd
 from pidesk.runtime.prompts import system_prompt
@@ -110,6 +111,9 @@ class HostTurnContext:
 
     def compaction_failed(self, plan: Plan, detail: str) -> None:
         self.compactions.failed(self.session_id, self.turn_id, plan, detail)
+
+    def retrying(self, retry: Retrying) -> None:
+        self.p.bus.publish(retrying_event(self.session_id, self.turn_id, retry))
 
     def new_message_id(self) -> str:
         return self.p.store.new_message_id()

@@ -23,11 +23,12 @@ from pidesk.core.events import ToolFinished, ToolStarted
 from pidesk.core.records import Block, Message, TextBlock, ToolCallBlock, Usage
 from pidesk.host.instructions import Instructions
 from pidesk.host import checkpoints
+from pidesk.host.bus import retrying_event
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
 from pidesk.ids import new_id, now_iso
-from pidesk.providers.base import ModelRequest
+from pidesk.providers.base import ModelRequest, Retrying
 from pidesk.runtime.compaction import Plan
 from pidesk.runtime.context_window import model_view
 from pidesk.runtime.loop import Completed, Failed, Nudge, ToolOutcome, TurnEnd, run_turn
@@ -140,6 +141,9 @@ class DelegateContext:
 
     def compaction_failed(self, plan: Plan, detail: str) -> None:
         pass
+
+    def retrying(self, retry: Retrying) -> None:  # (the delegate's requests are its parent turn's)
+        self.p.bus.publish(retrying_event(self.session_id, self.turn_id, retry))
 
     def new_message_id(self) -> str:
         return new_id("m")

@@ -88,7 +88,19 @@ class Done:
     overflow: bool = False  # the provider refused the input as longer than the model's window
 
 
-StreamEvent = TextDelta | ThinkingDelta | Thought | ToolCall | UsageReport | Done
+@dataclass(frozen=True)
+class Retrying:
+    """The request failed in a way worth trying again (a 429, a 5xx, a broken stream), and nothing of it
+    was shown: it is sent again after ``wait_s`` seconds. ``attempt`` counts the retries (1 for the
+    first), ``of`` is the budget, ``reason`` the failure in a person's words."""
+
+    attempt: int
+    of: int
+    wait_s: float
+    reason: str
+
+
+StreamEvent = TextDelta | ThinkingDelta | Thought | ToolCall | UsageReport | Retrying | Done
 
 
 class Provider(Protocol):

@@ -7,7 +7,7 @@ events and ends in one of two ways: a ``Done`` (the response was complete) or a
     attempt ──Done──────────────────────────────▶ Done (budget spent on nothing)
        │
        └─Failure ─ retryable, budget left, and no event of this attempt yielded?
-                      ├─ yes: sleep(delay), replay the same request
+                      ├─ yes: Retrying(…), sleep(delay), replay the same request
                       └─ no:  Done("error", code)
 
 Invariants a reader must not break:
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from pidesk.core.errors import Code
-from pidesk.providers.base import Done, StreamEvent, UsageReport
+from pidesk.providers.base import Done, Retrying, StreamEvent, UsageReport
 
 DEFAULT_RETRY_AFTER_CAP: Final = 60.0  # the longest wait a Retry-After header gets (HostConfig, retry_after_cap)
 DEFAULT_IDLE_TIMEOUT: Final = 120.0  # seconds without a byte that make a stream broken (stream_idle_timeout)
@@ -354,4 +354,5 @@ async def _drive(attempt: Attempt, policy: RetryPolicy, sleep: Sleep, secret: st
             yield Done("error", failure.code, detail + spent, overflow=failure.overflow)
             return
         retries_taken += 1
+        yield Retrying(retries_taken, policy.max_retries, delay, detail)  # (shown while it waits)
         await sleep(delay)

@@ -34,7 +34,17 @@ from pidesk.core.policy import Allow, Deny, batch_is_exclusive_violation
 from pidesk.core.records import Block, Message, TextBlock, ThinkingBlock, ToolCallBlock, ToolResultBlock, Usage
 from pidesk.core.sizes import json_size
 from pidesk.core.text import scrub
-from pidesk.providers.base import Done, ModelRequest, Provider, TextDelta, ThinkingDelta, Thought, ToolCall, UsageReport
+from pidesk.providers.base import (
+    Done,
+    ModelRequest,
+    Provider,
+    Retrying,
+    TextDelta,
+    ThinkingDelta,
+    Thought,
+    ToolCall,
+    UsageReport,
+)
 from pidesk.runtime.compaction import Plan, Refused, summarise, to_summarise
 from pidesk.runtime.gate import Slot, StepGate
 from pidesk.tools.base import ToolResult
@@ -86,6 +96,7 @@ class TurnContext(Protocol):
     def compaction_due(self, request: ModelRequest, overflow: bool = False) -> Plan | None: ...
     async def compacted(self, plan: Plan, summary: str) -> None: ...
     def compaction_failed(self, plan: Plan, detail: str) -> None: ...
+    def retrying(self, retry: Retrying) -> None: ...  # the request is sent again after a wait
     async def append(self, role: str, content: list[Block], message_id: str | None = None) -> Message: ...
     def tool_started(self, call: ToolCallBlock) -> None: ...
     def tool_finished(self, call: ToolCallBlock, result: ToolResult, duration_ms: int) -> None: ...
@@ -279,6 +290,8 @@ class _Turn:
                     calls.append(self.call_block(event))
                 elif isinstance(event, UsageReport):
                     ctx.add_usage(_usage(event), event.prompt_tokens)
+                elif isinstance(event, Retrying):
+                    ctx.retrying(event)
                 else:
                     done = event
                     break

@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from pidesk.core.records import Block, Message
-from pidesk.providers.base import ModelRequest, StreamEvent
+from pidesk.providers.base import ModelRequest, Retrying, StreamEvent
 
 # ---- the server -------------------------------------------------------------------
 
@@ -451,10 +451,17 @@ def request(*messages: Message, system: str = "", tools: Iterable[dict[str, Any]
     return ModelRequest(session_id="s1", turn_id="t1", system=system, messages=list(messages), tools=list(tools))
 
 
-async def collect(stream: AsyncIterator[StreamEvent], timeout: float = 10.0) -> list[StreamEvent]:
+async def collect(stream: AsyncIterator[StreamEvent], timeout: float = 10.0,
+                  retries: list[Retrying] | None = None) -> list[StreamEvent]:
+    """The stream's events, but for the ``Retrying`` notices of its waits, which go to ``retries`` when
+    given (the tests about what a retry ends in compare the rest; tests of the notices read them)."""
     events: list[StreamEvent] = []
     async with asyncio.timeout(timeout):
         async with aclosing(stream) as events_in:  # type: ignore[type-var]
             async for event in events_in:
+                if isinstance(event, Retrying):
+                    if retries is not None:
+                        retries.append(event)
+                    continue
                 events.append(event)
     return events

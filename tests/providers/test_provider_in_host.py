@@ -82,3 +82,29 @@ async def test_abort_mid_stream_closes_the_request_and_records_nothing_after_it(
         assert [(e.turn_id, e.reason) for e in end] == [(turn["turnId"], "aborted")]
         assert [m["role"] for m in (await state(host, s["id"]))["messages"]] == ["user"]
         assert len(vendor.requests) == 1  # an aborted stream is never retried
+
+
+@pytest.mark.asyncio
+async def test_a_retry_wait_is_announced_as_turn_retrying(make_host, project):
+    """Issue 30 §5: while a turn's request waits to be sent again, clients hear turn.retrying
+    {attempt, of, waitS, reason} — then the turn completes on the retry."""
+    from pidesk.core.events import TurnRetrying
+    from pidesk.providers.retry import RetryPolicy
+    from tests.providers.mock_vendors import RecordedSleep, openai_error
+
+    async with MockVendor() as vendor:
+        vendor.script(openai_error(503, "the server is busy"), Sse(openai_text("fine now")))
+        sleep = RecordedSleep()
+        provider = OpenAIProvider("gpt-test", api_key="sk-test-123456", base_url=vendor.url, sleep=sleep)
+        provider.configure(RetryPolicy(4))
+        host = make_host(provider=provider)
+        s = await session(host, project)
+        sub = host.subscribe()
+        turn = await prompt(host, s["id"], "hi")
+        retry = await sub.wait_for(lambda e: isinstance(e, TurnRetrying))
+        assert isinstance(retry, TurnRetrying)
+        assert (retry.session_id, retry.turn_id, retry.attempt, retry.of, retry.wait_s) == (
+            s["id"], turn["turnId"], 1, 4, 1.0)
+        assert retry.reason == "openai answered HTTP 503: the server is busy"
+        assert (await ended(sub, turn["turnId"])).reason == "completed"
+        await provider.aclose()

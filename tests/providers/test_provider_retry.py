@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pidesk.providers.base import Done, StreamEvent, TextDelta, ToolCall, UsageReport
+from pidesk.providers.base import Done, Retrying, StreamEvent, TextDelta, ToolCall, UsageReport
 from pidesk.providers.retry import (
     Failure,
     RetryPolicy,
@@ -119,6 +119,25 @@ async def test_each_stream_call_has_its_own_budget() -> None:
     assert await run(attempts, sleep, max_retries=2) == [Done("end")]
     assert sleep.delays == [1.0, 2.0, 1.0, 2.0]
     assert attempts.started == attempts.closed == 6
+
+
+@pytest.mark.asyncio
+async def test_each_wait_is_announced_before_it_begins_with_its_count_and_reason() -> None:
+    """Issue 30 §5: a retry's wait is visible: a Retrying notice (which retry, of how many, how long, why)
+    comes before each sleep, none after the last failure."""
+    sleep = RecordedSleep()
+    attempts = Attempts([Failure("transient", "openai answered HTTP 503: busy")],
+                        [Failure("rate_limited", "openai answered HTTP 429: slow down", 3.0)], [Done("end")])
+    notices: list[Retrying] = []
+    stream = stream_with_retries(attempts, RetryPolicy(10), sleep)
+    assert await collect(stream, retries=notices) == [Done("end")]
+    assert notices == [Retrying(1, 10, 1.0, "openai answered HTTP 503: busy"),
+                       Retrying(2, 10, 3.0, "openai answered HTTP 429: slow down")]
+    assert sleep.delays == [1.0, 3.0]
+    notices.clear()
+    spent = Attempts([Failure("transient", "503")], [Failure("transient", "503")])
+    await collect(stream_with_retries(spent, RetryPolicy(1), sleep), retries=notices)
+    assert [n.attempt for n in notices] == [1]
 
 
 @pytest.mark.asyncio

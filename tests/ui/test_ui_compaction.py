@@ -56,6 +56,10 @@ async def test_compact_button_leaves_a_divider_with_the_summary_and_the_meter_co
     window = (await ui.call("session.context", {"sessionId": s["id"]}))["window"]
     assert window["compactions"] == 1
 
+    await ui.open(session=s["id"])  # read back from session.get: the same divider, still no bubble
+    await expect(page.locator("details.compaction summary")).to_have_text(re.compile(r"^Context compacted \(manual\)"))
+    await expect(page.locator(".msg-user")).to_have_count(1)
+
 
 async def test_compact_is_disabled_while_a_turn_runs_and_a_refusal_is_explained(ui):
     """While a turn runs the button is disabled and says why; a compaction the host refuses anyway
@@ -126,9 +130,10 @@ async def test_approving_with_start_fresh_sends_context_fresh_and_shows_the_fres
 
 async def test_the_meter_shows_the_share_of_the_window_the_last_request_used(ui):
     """A turn whose request the provider counted at 64,000 input tokens fills half the default
-    128,000-token window; the turn's own usage line sits under its answer."""
+    128,000-token window; the turn's own usage line, cache reads apart, sits under its answer once it ends."""
     s = await ui.session()
-    ui.provider.enqueue(s["id"], {"text": "A long read.", "usage": {"inputTokens": 64000, "outputTokens": 5}})
+    ui.provider.enqueue(s["id"], {"text": "A long read.",
+                                  "usage": {"inputTokens": 64000, "outputTokens": 5, "cacheTokens": 12300}})
     await ui.open(session=s["id"])
     page = ui.page
     await expect(page.locator(".context-meter")).to_have_text("context 0% · 0 / 128k")
@@ -137,7 +142,7 @@ async def test_the_meter_shows_the_share_of_the_window_the_last_request_used(ui)
     await expect(meter).to_have_text("context 50% · 64k / 128k")
     await expect(meter).not_to_have_class(_cls("meter-high"))
     await expect(meter).to_have_attribute("title", re.compile("64,000 of 128,000 tokens"))
-    await expect(page.locator(".turn-usage")).to_have_text("64,000 in · 5 out")
+    await expect(page.locator(".turn-usage")).to_have_text("64,000 in · 5 out · cache 12,300 read")
 
 
 async def test_a_full_window_turns_the_meter_amber_and_the_next_turn_compacts_by_itself(ui):

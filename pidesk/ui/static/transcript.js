@@ -288,13 +288,15 @@ export class Transcript {
     const fresh = b.reason === 'fresh';
     const label = fresh ? 'Execution started with a fresh context' : `Context compacted (${b.reason})`;
     const figures = b.tokensBefore ? ` · ${n(b.tokensBefore)} → ${n(b.tokensAfter)} tokens` : '';
+    const execution = this.view.turns.get(m.turnId)?.origin === 'execution';
     const why = {
       auto: 'The model’s context window was filling up, so the host had the conversation above summarised.',
-      manual: 'The conversation above was summarised on request.',
+      manual: execution ? 'The planning conversation above was summarised before the execution, as chosen at approval.'
+        : 'The conversation above was summarised on request.',
       fresh: 'The execution was approved with a fresh context: the model sees the approved contract, not the conversation above.',
     }[b.reason] || '';
-    const kept = !fresh && b.keptFromSeq !== null && b.keptFromSeq !== undefined
-      ? ' The latest request stays in view word for word.' : '';
+    const kept = fresh || b.keptFromSeq === null || b.keptFromSeq === undefined ? ''
+      : execution ? ' The execution’s instructions stay in view word for word.' : ' The latest request stays in view word for word.';
     const body = [h('p', { class: 'compaction-why muted small' }, why, fresh ? '' : ' The model sees this summary instead of it.', kept)];
     if (b.summary) body.push(h('div', { class: 'compaction-summary' }, this._markdown(b.summary)));
     const el = h('details', { class: `compaction compaction-${b.reason}`, dataset: { id: m.id, seq: String(m.seq), turn: m.turnId || '' } },
@@ -453,7 +455,8 @@ export class Transcript {
     const seq = this.turnLast.get(t.id);
     if (seq === undefined) return;
     const n = (v) => (v || 0).toLocaleString();
-    const cache = u.cacheTokens ? ` · cache ${n(u.cacheReadTokens)} read, ${n(u.cacheWriteTokens)} written` : '';
+    const cached = [u.cacheReadTokens && `${n(u.cacheReadTokens)} read`, u.cacheWriteTokens && `${n(u.cacheWriteTokens)} written`];
+    const cache = u.cacheTokens ? ` · cache ${cached.filter(Boolean).join(', ') || n(u.cacheTokens)}` : '';
     const el = h('div', { class: 'turn-usage muted small', dataset: { turn: t.id, seq: String(seq + 0.4) },
       title: 'tokens this turn used (input excludes what the prompt cache served, for Anthropic)' },
     `${n(u.inputTokens)} in · ${n(u.outputTokens)} out${cache}`);
