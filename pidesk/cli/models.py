@@ -9,7 +9,9 @@ Responses API, same key and base URL) and ``anthropic/<model>``
 
 ``settings`` is the model's table of the config file (``HostConfig.model_settings``):
 ``thinking_budget`` / ``effort`` / ``max_tokens`` (Anthropic), ``reasoning_effort``
-(OpenAI-compatible), ``cache`` (all three; default on). A bad value is
+(OpenAI-compatible), ``reasoning_content`` (Chat Completions: send a tool-calling answer's
+reasoning back, as DeepSeek's and Kimi's thinking models require), ``cache`` (all three;
+default on). A bad value is
 ``MODEL_NOT_CONFIGURED`` naming the key and what it takes.
 """
 
@@ -70,8 +72,9 @@ def _make_provider(model: str, secrets: Mapping[str, str] | None = None, *, lean
             if name == "openai":
                 from pidesk.providers.openai import OpenAIProvider
 
+                back = _setting(model, settings, "reasoning_content", bool, "true or false", False)
                 return OpenAIProvider(rest, api_key=key or "not-needed", base_url=base_url, lean_http=lean_http,
-                                      reasoning_effort=effort, cache=cache)
+                                      reasoning_effort=effort, cache=cache, reasoning_content=back)
             from pidesk.providers.openai_responses import OpenAIResponsesProvider
 
             return OpenAIResponsesProvider(rest, api_key=key or "not-needed", base_url=base_url, lean_http=lean_http,

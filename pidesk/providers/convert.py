@@ -172,13 +172,18 @@ def _block_text(block: object) -> str:
 # ---- OpenAI Chat Completions ------------------------------------------------------
 
 
-def openai_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
+def openai_messages(system: str, messages: Sequence[Message], reasoning_back: bool = False) -> list[dict[str, Any]]:
+    """Chat Completions messages. ``reasoning_back``: an answer that called tools carries its reasoning
+    back as ``reasoning_content``, which DeepSeek's and Kimi's thinking models require in a tool loop
+    (and others refuse: a per-model setting)."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for item in exchanges(messages):
         if isinstance(item, Said):
             out.append({"role": "user", "content": item.text})
         elif isinstance(item, Answered):
             message: dict[str, Any] = {"role": "assistant", "content": item.text or None}
+            if reasoning_back and item.calls and (said := "".join(t.text for t in item.thinking if not t.redacted)):
+                message["reasoning_content"] = said
             if item.calls:
                 message["tool_calls"] = [
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _json(c.args)}}

@@ -22,7 +22,9 @@ LM Studio, OpenRouter) through ``base_url``.
   Streamed ``reasoning_content`` (DeepSeek, vLLM, llama.cpp) and ``reasoning``
   (OpenRouter, Ollama) deltas are yielded as ``ThinkingDelta`` and become one
   ``Thought`` when the answer's text or tool calls begin (or it ends). Chat
-  Completions takes no reasoning back: ``convert.openai_messages`` leaves it out.
+  Completions takes no reasoning back: ``convert.openai_messages`` leaves it out — but for the
+  models that need it in a tool loop (DeepSeek's and Kimi's thinking models: the model's
+  ``reasoning_content = true`` setting), where an answer that called tools carries it back.
 * Caching: ``prompt_cache_key`` is the session id, so a session's requests
   land where its prefix is cached (servers that do not know it ignore it;
   ``cache = false`` in the model's config leaves it out).
@@ -91,15 +93,17 @@ class _Chunk(msgspec.Struct):
 
 class OpenAIClient(SdkProvider):
     """What both of OpenAI's endpoints share: the SDK's client and the per-model settings
-    (``reasoning_effort``; ``cache``: send ``prompt_cache_key`` = the session id)."""
+    (``reasoning_effort``; ``cache``: send ``prompt_cache_key`` = the session id; ``reasoning_content``:
+    send a tool-calling answer's reasoning back, Chat Completions only)."""
 
     def __init__(self, model: str, *, api_key: str, base_url: str | None, lean_http: bool = True,
                  max_retries: int = DEFAULT_MAX_RETRIES, reasoning_effort: str | None = None, cache: bool = True,
-                 sleep: Sleep = asyncio.sleep) -> None:
+                 reasoning_content: bool = False, sleep: Sleep = asyncio.sleep) -> None:
         super().__init__(model, api_key=api_key, base_url=base_url, lean_http=lean_http, max_retries=max_retries,
                          sleep=sleep)
         self._reasoning_effort = reasoning_effort
         self._cache = cache
+        self._reasoning_back = reasoning_content
 
     def _sdk(self) -> tuple[Any, Any]:
         import openai
@@ -114,7 +118,8 @@ class OpenAIProvider(OpenAIClient):
     decoder = msgspec.json.Decoder(_Chunk)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": openai_messages(request.system, request.messages),
+        messages = openai_messages(request.system, request.messages, self._reasoning_back)
+        body: dict[str, Any] = {"model": self.model, "messages": messages,
                                 "stream": True, "stream_options": {"include_usage": True}}
         if request.tools:
             body["tools"] = openai_tools(request.tools)

@@ -7,10 +7,12 @@ LM Studio) speak too. Request and response differ from Chat Completions:
   (``convert.responses_input``), ``tools`` as flat function specs,
   ``store=false`` (nothing is kept server-side: every request carries the
   whole conversation, as with the other providers) and ``prompt_cache_key`` =
-  the session id. With ``reasoning_effort`` configured: ``reasoning: {effort,
-  summary: "auto"}`` and ``include=["reasoning.encrypted_content"]``, so each
-  reasoning item comes back encrypted and can be sent back on the next request
-  (store=false leaves the server nothing to look it up by).
+  the session id. Whenever the model reasons — ``reasoning_effort`` configured, a
+  reasoning model by its name (o1, o3, o4, gpt-5, codex, gpt-oss), or one that sent a
+  reasoning item back already — ``reasoning: {summary: "auto"}`` (and the effort) and
+  ``include=["reasoning.encrypted_content"]``, so each reasoning item comes back
+  encrypted and can be sent back on the next request (store=false leaves the server
+  nothing to look it up by), and its summary is shown.
 * The stream: typed events, no ``[DONE]``. Text is ``response.output_text.delta``;
   reasoning text is ``response.reasoning_summary_text.delta`` (OpenAI) or
   ``response.reasoning_text.delta`` (open models) — yielded as ``ThinkingDelta``.
@@ -31,6 +33,7 @@ LM Studio) speak too. Request and response differ from Chat Completions:
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +45,7 @@ from pidesk.providers.convert import ArgumentText, responses_input, responses_to
 from pidesk.providers.openai import OpenAIClient
 
 VENDOR = "openai-responses"  # the ``opaque["vendor"]`` of the reasoning items this provider writes
+REASONING_MODELS = ("o1", "o3", "o4", "gpt-5", "codex", "gpt-oss")  # names of models that always reason
 
 
 class _InputDetails(msgspec.Struct):
@@ -81,6 +85,7 @@ class OpenAIResponsesProvider(OpenAIClient):
     vendor = VENDOR
     path = "/responses"
     decoder = msgspec.json.Decoder(_Event)
+    _reasoned = False  # a reasoning item has come back from this model
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "input": responses_input(request.messages), "stream": True,
@@ -91,16 +96,24 @@ class OpenAIResponsesProvider(OpenAIClient):
             body["tools"] = responses_tools(request.tools)
             if request.tool_choice == "none":
                 body["tool_choice"] = "none"
-        if self._reasoning_effort:
-            body["reasoning"] = {"effort": self._reasoning_effort, "summary": "auto"}
+        if self._reasoning_effort or self._reasons:
+            body["reasoning"] = {"summary": "auto"} | ({"effort": self._reasoning_effort} if self._reasoning_effort else {})
             body["include"] = ["reasoning.encrypted_content"]
         if self._cache:
             body["prompt_cache_key"] = request.session_id
         return body
 
+    @property
+    def _reasons(self) -> bool:
+        """Whether the model reasons: by its name, or because it has sent a reasoning item."""
+        return self._reasoned or self.model.lower().startswith(REASONING_MODELS)
+
     def _reply(self) -> _Reply:
         assert self._errors is not None  # set with the client, before any reply
-        return _Reply(self._errors.api)
+        return _Reply(self._errors.api, self._learn)
+
+    def _learn(self) -> None:
+        self._reasoned = True  # it reasons: from now on ask for the encrypted item and a summary
 
 
 @dataclass
@@ -108,6 +121,7 @@ class _Reply:
     """One response being assembled from its events."""
 
     api_error: Any  # the SDK's APIError: an error inside the stream is raised as one
+    reasoned: Callable[[], None]  # called when a reasoning item comes
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)  # finished function_call items, by output index
     usage: UsageReport | None = None
     stop: str | None = None  # "completed" or "incomplete"
@@ -152,6 +166,7 @@ class _Reply:
         if kind == "function_call":
             self.calls[index] = item
         elif kind == "reasoning":
+            self.reasoned()
             parts = item.get("summary") or item.get("content") or []
             text = "\n\n".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
             self.out.append(Thought(text, opaque={"vendor": VENDOR, "item": item}))  # the item as received

@@ -26,6 +26,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 CSI = re.compile(r"\x1b\[[0-9;?]*([A-Za-z])")
 PLAN_QUESTION = "approve? [a] ask [e] accept-edits [u] auto [r] reject, + Enter · Esc later ›"
 PERMISSION_QUESTION = "allow? [y] once [s] for this session [n] deny, + Enter · Esc later ›"
+CONTEXT_QUESTION = "· context? [k] keep (Enter) [c] compact [f] fresh · Esc later ›"
 OSC = re.compile(r"\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
 
 
@@ -153,7 +154,9 @@ def test_chat_plans_approves_with_accept_edits_and_executes(project, data_dir, t
     term.type("e")
     term.expect_status("approve with accept-edits? Enter confirms")
     term.type("\r")
-    term.expect("[plan approved]")
+    term.expect_status("accept-edits " + CONTEXT_QUESTION)
+    term.type("\r")  # Enter alone keeps the conversation
+    term.expect("[plan approved · accept-edits · context: keep]")
     term.expect("✓ Write")
     term.expect("NOTES.md written.")
     term.expect("[turn completed]")
@@ -250,7 +253,9 @@ def test_typeahead_never_answers_a_plan_prompt(project, data_dir, tmp_path):
     term.type("e")  # processed after them, in order: the prompt was still undecided
     term.expect_status("approve with accept-edits? Enter confirms")
     term.type("\r")
-    term.expect("[plan approved]")
+    term.expect_status("accept-edits " + CONTEXT_QUESTION)
+    term.type("\r")
+    term.expect("[plan approved · accept-edits · context: keep]")
     term.type("\x7f" * 40 + "\x04")  # whatever type-ahead was left on the line, then Ctrl+D on it empty: quit
     assert term.close() == 0
     assert [(a["status"], a["permissionMode"]) for a in approvals(data_dir)] == [("approved", "accept-edits")]
@@ -277,7 +282,9 @@ def test_auto_needs_a_second_confirmation(project, data_dir, tmp_path):
     term.type("y")
     term.expect_status("auto lets every tool run unasked. Sure? [y] + Enter · other keys go back › y")
     term.type("\r")
-    term.expect("[plan approved]")
+    term.expect_status("auto " + CONTEXT_QUESTION)
+    term.type("\r")
+    term.expect("[plan approved · auto · context: keep]")
     term.expect_status("agent · auto · ")
     term.type("\x04")
     assert term.close() == 0
@@ -364,7 +371,9 @@ def test_status_line_follows_the_mode_the_host_sets(project, data_dir):
     term.type("do something\r")
     term.expect_status(PLAN_QUESTION)
     term.type("e\r")
-    term.expect("[plan approved]")
+    term.expect_status("accept-edits " + CONTEXT_QUESTION)
+    term.type("\r")
+    term.expect("[plan approved · accept-edits · context: keep]")
     term.expect("Done: NOTES.md is written")
     term.expect("[turn completed]")
     term.expect_status("agent · accept-edits · idle ›")

@@ -237,3 +237,49 @@ def test_thinking_settings_are_checked_and_name_the_key() -> None:
     responses = make_provider("openai-responses/o4-mini", {"OPENAI_API_KEY": KEY},
                               settings={"reasoning_effort": "low"})
     assert isinstance(responses, OpenAIResponsesProvider) and responses.name == "openai-responses/o4-mini"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("send_back", [True, False])
+async def test_thinking_models_that_need_their_reasoning_in_a_tool_loop_get_it_back(make_host, project, send_back):
+    """Issue 30 §5: DeepSeek's and Kimi's thinking models refuse a tool loop whose assistant turns lost
+    their ``reasoning_content``; with the model's ``reasoning_content = true`` setting the answer that
+    called a tool carries it back. Without it, nothing changes (other servers refuse the field)."""
+    async with MockVendor() as vendor:
+        vendor.script(
+            Sse([openai_chunk(role="assistant", reasoning_content="I should read it."),
+                 openai_chunk(tool_calls=[openai_call_delta(0, id="call_1", name="Read",
+                                                            arguments='{"path": "README.md"}')]),
+                 openai_chunk(finish_reason="tool_calls"), openai_usage(100, 20), OPENAI_DONE]),
+            Sse([openai_chunk(role="assistant", content="A demo."), openai_chunk(finish_reason="stop"),
+                 openai_usage(130, 5), OPENAI_DONE]),
+        )
+        provider = make_provider("openai/kimi-k2-thinking", {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": vendor.url},
+                                 settings={"reasoning_content": send_back})
+        host = make_host(provider=provider)
+        await run_prompt(host, project)
+    assistant = vendor.requests[1].body["messages"][-2]
+    assert assistant["tool_calls"][0]["id"] == "call_1"
+    assert assistant.get("reasoning_content") == ("I should read it." if send_back else None)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("model", "asks_first"), [("o4-mini", True), ("gpt-5-codex", True), ("local-model", False)])
+async def test_the_responses_api_asks_for_encrypted_reasoning_whenever_the_model_reasons(
+        make_host, project, model, asks_first):
+    """Issue 30 §5: a reasoning model asked nothing about reasoning sent back items the next request could
+    not use (store=false) and showed no summary. A model known to reason asks from its first request;
+    any other asks once it has sent a reasoning item."""
+    async with MockVendor() as vendor:
+        vendor.script(
+            Sse([responses_created(), *responses_reasoning(0, "rs_1", "Need the readme."),
+                 *responses_call(1, "call_r1", "Read", {"path": "README.md"}), responses_completed(200, 30)]),
+            Sse([responses_created(), *responses_text(0, "A demo project."), responses_completed(260, 8)]),
+        )
+        host = make_host(provider=OpenAIResponsesProvider(model, api_key=KEY, base_url=vendor.url))
+        await run_prompt(host, project)
+    first, second = (r.body for r in vendor.requests)
+    asked = {"reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"]}
+    assert {k: first.get(k) for k in asked} == (asked if asks_first else {"reasoning": None, "include": None})
+    assert {k: second.get(k) for k in asked} == asked
+    assert not any(item.get("type") == "reasoning" for item in second["input"])  # (it came without encryption)
