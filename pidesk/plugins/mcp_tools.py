@@ -407,7 +407,7 @@ class McpTools:
         if conn is not None and not conn.ready.exception() and not conn.ended:
             if conn.alive():
                 return "ready", None
-            return "failed", "exited while idle; restarts on the next call"
+            return "failed", f"{'lost its connection' if server.config.url else 'exited'} while idle; {_again(server)}s on the next call"
         if server.error is not None:
             return "failed", server.error
         return "stopped", None
@@ -429,14 +429,14 @@ class McpTools:
         for _ in range(2):  # a connection found ended before the call went out is replaced once
             conn = await self._ensure(server)
             if conn is None:
-                return ToolResult.failure(
-                    f"MCP server '{label}' is not running ({server.error}); the next call will try to start it again"
-                )
+                return ToolResult.error(Code.TOOL_ERROR, (
+                    f"MCP server '{label}' is not {'reachable' if server.config.url else 'running'} "
+                    f"({server.error}); the next call will try to {_again(server)} it"))
             client = conn.client
             if client is not None:
                 break
         if conn is None or client is None:
-            return ToolResult.failure(f"MCP server '{label}' keeps exiting before it can take a call")
+            return ToolResult.error(Code.TOOL_ERROR, f"MCP server '{label}' keeps {'closing the connection' if server.config.url else 'exiting'} before it can take a call")
         remote = server.tools.get(name)
         if remote is None:
             return ToolResult.error(Code.TOOL_NOT_FOUND, f"MCP server '{label}' no longer offers {name}")
@@ -454,17 +454,17 @@ class McpTools:
             result = outcome.result()
         except MCPError as exc:
             if exc.code != mcp_types.CONNECTION_CLOSED:
-                return ToolResult.failure(f"{name} failed: MCP error {exc.code}: {exc.message}")
+                return ToolResult.error(Code.TOOL_ERROR, f"{name} failed: MCP error {exc.code}: {exc.message}")
             current = server.conn is conn  # not yet replaced by a concurrent call's restart
             tail = await self._retire(server, conn, stderr_since=mark)
+            lost = "lost its connection" if server.config.url else "crashed"
             if current:
-                self._report(server, f"crashed during a call to {remote}; restarts on the next call", tail)
-            return ToolResult.failure(
-                f"MCP server '{label}' crashed while running {name}, so what the call did is unknown. "
-                f"It will be restarted on the next call.{_quoted(tail)}"
-            )
+                self._report(server, f"{lost} during a call to {remote}; {_again(server)}s on the next call", tail)
+            return ToolResult.error(Code.TOOL_ERROR, (
+                f"MCP server '{label}' {lost} while running {name}, so what the call did is unknown. "
+                f"It {_again(server)}s on the next call.{_quoted(tail)}"))
         except Exception as exc:  # a malformed or unexpected result: the plugin's fault, reported to the model
-            return ToolResult.failure(f"{name} failed: {_describe(exc)}")
+            return ToolResult.error(Code.TOOL_ERROR, f"{name} failed: {_describe(exc)}")
         return _to_result(result)
 
     async def close(self) -> None:
@@ -492,7 +492,8 @@ class McpTools:
             if conn is not None and conn.ready.done() and (conn.ended or not conn.alive()):
                 # died while idle: no call went out on it, so the call that brought us here runs on a new one
                 tail = await self._retire(server, conn)
-                self._report(server, f"exited while idle ({conn.error or 'its process is gone'}); restarting", tail)
+                gone = "closed while idle" if server.config.url else "exited while idle"
+                self._report(server, f"{gone} ({conn.error or 'its process is gone'}); {_again(server)}ing", tail)
                 conn = None
             if conn is None:
                 conn = server.conn = _Connection(server.config, self._start_timeout, self._environ,
@@ -628,7 +629,14 @@ def _to_result(result: mcp_types.CallToolResult) -> ToolResult:
     text = "\n".join(parts)
     if len(text) > MAX_OUTPUT:
         text = text[:MAX_OUTPUT] + f"\n[{len(text) - MAX_OUTPUT} more characters cut]"
-    return ToolResult(ok=not result.is_error, output=text)
+    if result.is_error:
+        return ToolResult.error(Code.TOOL_ERROR, text)
+    return ToolResult(ok=True, output=text)
+
+
+def _again(server: _Server) -> str:
+    """What bringing a server back is: a stdio server's process restarts, an HTTP one's connection reconnects."""
+    return "reconnect" if server.config.url else "restart"
 
 
 def _describe(exc: BaseException) -> str:

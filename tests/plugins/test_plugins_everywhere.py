@@ -379,3 +379,30 @@ def test_a_stdio_server_that_ignores_eof_dies_with_a_host_killed_9(tmp_path: Pat
             for stream in (popen.stdout, popen.stderr):
                 if stream is not None:
                     stream.close()
+
+
+@pytest.mark.asyncio
+async def test_an_http_server_gone_away_is_a_tool_error_that_says_it_reconnects() -> None:
+    """Issue 30 §5: a plugin's failure carries TOOL_ERROR, and an HTTP server's message says the next call
+    reconnects (there is no process of pidesk's to restart)."""
+    proc = subprocess.Popen([sys.executable, HTTP], stdout=subprocess.PIPE, text=True,
+                            env=os.environ | {"EXPECTED_TOKEN": "s3cret-t0ken"})
+    assert proc.stdout is not None
+    port = proc.stdout.readline().split()[1]
+    tables = {"web": {"url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": "Bearer s3cret-t0ken"},
+                      "risk": "low"}}
+    tools = McpTools.from_config(tables, source="config file /x.toml", environ={})
+    try:
+        await tools.start()
+        assert (await tools.call("mcp__web__echo", {"text": "up"})).ok
+        proc.terminate()
+        proc.wait(timeout=10)
+        gone = await tools.call("mcp__web__echo", {"text": "down"})
+        assert (gone.ok, gone.error_code) == (False, "TOOL_ERROR")
+        assert "reconnect" in gone.output and "restart" not in gone.output, gone.output
+    finally:
+        await tools.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()

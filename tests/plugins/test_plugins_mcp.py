@@ -101,7 +101,7 @@ async def test_calls_reach_the_server_and_errors_come_back_as_results(registry: 
     assert written.ok and marker.read_text() == "marker\n"
 
     failed = await registry.call("mcp__demo__fail", {"message": "boom"})
-    assert (failed.ok, failed.output, failed.error_code) == (False, "Error executing tool fail: boom", None)
+    assert (failed.ok, failed.output, failed.error_code) == (False, "Error executing tool fail: boom", "TOOL_ERROR")
 
     bad_args = await registry.call("mcp__demo__echo", {})
     assert not bad_args.ok and "text" in bad_args.output
@@ -129,7 +129,7 @@ async def test_a_crash_is_reported_and_the_next_call_restarts_the_server(registr
     crashed = await registry.call("mcp__demo__crash", {})
     assert not crashed.ok
     assert "MCP server 'demo' crashed" in crashed.output
-    assert "restarted on the next call" in crashed.output
+    assert "It restarts on the next call" in crashed.output and crashed.error_code == "TOOL_ERROR"
     assert "crashing on purpose" in crashed.output  # its stderr, quoted
     [entry] = [e for e in registry.listing() if e["name"] == "demo"]
     assert "crashed" in entry["error"] and len(entry["tools"]) == len(DEMO_TOOLS)  # still offered

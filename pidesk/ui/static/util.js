@@ -87,6 +87,7 @@ export const CODE_TEXT = {
   PLUGIN_DISABLED_IN_PLAN: 'Plugin tools are off in Plan and Goal modes.',
   TOOL_DISABLED_IN_PLAN: 'That tool is not available in Plan and Goal modes.',
   TOOL_NOT_FOUND: 'The agent asked for a tool this host does not have.',
+  TOOL_ERROR: 'A plugin tool failed: its server reported an error, crashed, or could not be reached.',
   TOOL_DENIED: 'You denied this tool call.',
   PATH_OUTSIDE_WORKSPACE: 'The path is outside the session’s project folder, so the host refused it.',
   WORKSPACE_PATH_DENIED: 'Host-owned or secret paths (.pi/, .git/, .env, keys) are never touched by tools.',
