@@ -33,8 +33,7 @@ from typing import Any
 from pidesk.core.errors import Code, Conflict
 from pidesk.core.events import ContextCompacted, MessageAppended
 from pidesk.core.modes import Mode
-from pidesk.core.records import CompactionBlock, Message, PlanApproval, Session
-from pidesk.host import validate
+from pidesk.core.records import CompactionBlock, Message, PlanApproval, Session, Usage
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.providers.base import ModelRequest
@@ -195,30 +194,28 @@ class Compactions:
 
     # ---- session.compact and session.context ---------------------------------------------------
 
-    async def compact_now(self, session_id: Any, instructions: Any, system: str,
+    async def compact_now(self, session_id: str, instructions: str, system: str,
                           tools: list[dict[str, Any]]) -> dict[str, bool]:
-        """``session.compact``: fold the whole view into a summary now (idle only)."""
-        session = self.p.session(validate.ident(session_id, "sessionId"))
-        if instructions is not None:
-            instructions = validate.text(instructions, "instructions", allow_empty=True)
-        if self.p.is_busy(session.id):
-            raise Conflict("the session is busy; compact it once it is idle", Code.AGENT_BUSY)
-        view = await asyncio.to_thread(self.view, session.id)
+        """``session.compact``: fold the whole view into a summary now. The caller holds the session
+        in ``live.compacting`` (busy) throughout."""
+        view = await asyncio.to_thread(self.view, session_id)
         if not any(m.seq > 0 and _compaction(m) is None for m in view):
             return {"compacted": False}  # nothing since the last cut
-        request = ModelRequest(session_id=session.id, turn_id="", system=system, messages=view, tools=tools)
-        plan = Plan("manual", self.expected(request), instructions=instructions or "")
-        busy = self.p.live.compacting
-        busy.add(session.id)
-        try:
-            outcome = await summarise(self.p.provider, request, view, plan.instructions)
-            if isinstance(outcome, Refused):
-                self.failed(session.id, None, plan, outcome.done.detail or str(outcome.done.error_code))
-                raise Conflict(f"the model gave no summary: {outcome.done.detail or outcome.done.error_code}",
-                               Code.PROVIDER_ERROR)
-            await self.record(session.id, None, plan, outcome.text, system, tools)
-        finally:
-            busy.discard(session.id)
+        request = ModelRequest(session_id=session_id, turn_id="", system=system, messages=view, tools=tools)
+        plan = Plan("manual", self.expected(request), instructions=instructions)
+        outcome = await summarise(self.p.provider, request, view, plan.instructions)
+        if isinstance(outcome, Refused):
+            self.failed(session_id, None, plan, outcome.done.detail or str(outcome.done.error_code))
+            raise Conflict(f"the model gave no summary: {outcome.done.detail or outcome.done.error_code}",
+                           Code.PROVIDER_ERROR)
+        if outcome.usage is not None:  # (no turn to count it on: the session's own)
+            report = outcome.usage
+            with self.p.store.db.tx(durable=False) as db:
+                repo.add_session_usage(db, session_id, Usage(
+                    input_tokens=report.input_tokens, output_tokens=report.output_tokens,
+                    cache_tokens=report.cache_tokens, cache_read_tokens=report.cache_read_tokens,
+                    cache_write_tokens=report.cache_write_tokens))
+        await self.record(session_id, None, plan, outcome.text, system, tools)
         return {"compacted": True}
 
     def window(self, session_id: str, estimate: int) -> dict[str, int]:

@@ -49,7 +49,7 @@ from pidesk.host.tooling import git_sandbox, sandbox_status
 from pidesk.host.turns import Turns
 from pidesk.plugins.hooks import EventHooks, turn_ended_payload
 from pidesk.providers.base import Provider
-from pidesk.runtime.context_window import estimate_tokens
+from pidesk.runtime.context_window import estimate_request
 from pidesk.runtime.gate import StepGate
 from pidesk.runtime.prompts import system_prompt
 from pidesk.ids import utcnow
@@ -273,22 +273,30 @@ class Host:
         includes (plus ``warnings``, a pidesk addition: what was found and left out, and why)."""
         session = self.parts.session(validate.ident(session_id, "sessionId"))
         running = self.parts.live.turns.get(session.id) is not None
-        listed = listing(await self.instructions.next_request(session, running))
+        context = await self.instructions.next_request(session, running)
+        listed = listing(context)
         view = await self.parts.in_thread(self.compactions.view, session.id)
-        listed["window"] = self.compactions.window(session.id, sum(map(estimate_tokens, view)))
+        estimate = estimate_request(system_prompt(session.mode, session.root, context),
+                                    session_tool_specs(self.parts, session), view)  # (before any count)
+        listed["window"] = self.compactions.window(session.id, estimate)
         return listed
 
     async def session_compact(self, session_id: Any, instructions: Any = None) -> dict[str, bool]:
-        """Turn-3 additions: compact an idle session's view now (``AGENT_BUSY`` otherwise)."""
+        """Turn-3 additions: compact an idle session's view now (``AGENT_BUSY`` otherwise). The session
+        counts as busy from the check on, so no prompt or second compaction starts meanwhile."""
         session = self.parts.session(validate.ident(session_id, "sessionId"))
+        if instructions is not None:
+            instructions = validate.text(instructions, "instructions", allow_empty=True)
         if self.parts.is_busy(session.id):
             raise Conflict("the session is busy; compact it once it is idle", Code.AGENT_BUSY)
-        prepared = await self.instructions.for_turn(session)
-        system = system_prompt(session.mode, session.root, prepared.context, prepared.environment)
+        self.parts.live.compacting.add(session.id)
         try:
-            return await self.compactions.compact_now(session.id, instructions, system,
+            prepared = await self.instructions.for_turn(session)
+            system = system_prompt(session.mode, session.root, prepared.context, prepared.environment)
+            return await self.compactions.compact_now(session.id, instructions or "", system,
                                                       session_tool_specs(self.parts, session))
         finally:
+            self.parts.live.compacting.discard(session.id)
             await self.queue.release(session.id)  # a prompt queued meanwhile starts now
 
     async def session_focus(self, session_id: Any, client_id: str = "local") -> dict[str, Any]:

@@ -22,7 +22,8 @@ Fields of a response, applied in this order: ``gate`` (wait until a test calls
 (a reasoning block, streamed word by word as ``ThinkingDelta`` then one ``Thought``),
 ``thinkingRedacted`` (true: a redacted reasoning block, no text), ``text`` (streamed
 word by word), ``gateAfter`` (the same, after the text), ``toolCalls``
-(ids default to ``call_<n>``), ``usage``, ``error`` (end the stream with that code;
+(ids default to ``call_<n>``), ``usage`` (``inputTokens``, ``outputTokens``, ``cacheReadTokens`` — or
+``cacheTokens`` — and ``cacheWriteTokens``), ``error`` (end the stream with that code;
 ``"overflow": true`` beside it: the provider refused the input as too long for the window).
 
 A summary request (``tool_choice: "none"``, a compaction's) takes the next response only
@@ -105,7 +106,11 @@ class ScriptedProvider:
         if queue is None:
             queue = self._queues[sid] = [*self._script, *self._extra.pop(sid, [])]
         if request.tool_choice == "none":
-            response = {"text": queue.pop(0)["summary"]} if queue and "summary" in queue[0] else _summary(request)
+            if queue and "summary" in queue[0]:
+                scripted = queue.pop(0)
+                response = {**scripted, "text": scripted["summary"]}
+            else:
+                response = _summary(request)
         else:
             response = queue.pop(0) if queue else {"text": "Done."}
         try:
@@ -134,9 +139,9 @@ class ScriptedProvider:
             n = self._calls[sid]
             yield ToolCall(str(call.get("id") or f"call_{n}_{calls.index(call)}"), call["name"], dict(call.get("args", {})))
         if usage := response.get("usage"):
-            yield UsageReport(
-                usage.get("inputTokens", 0), usage.get("outputTokens", 0), usage.get("cacheTokens", 0)
-            )
+            yield UsageReport(usage.get("inputTokens", 0), usage.get("outputTokens", 0),
+                              usage.get("cacheReadTokens", usage.get("cacheTokens", 0)),
+                              usage.get("cacheWriteTokens", 0))
         if error := response.get("error"):
             yield Done("error", str(error), response.get("detail", "scripted error"), bool(response.get("overflow")))
         else:

@@ -290,6 +290,15 @@ def add_usage(db: sqlite3.Connection, turn_id: str, usage: Usage) -> None:
                (*counts, turn_id))
 
 
+def add_session_usage(db: sqlite3.Connection, session_id: str, usage: Usage) -> None:
+    """Count tokens spent outside any turn (``session.compact``'s summary request) on the session."""
+    db.execute("UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+               " cache_tokens = cache_tokens + ?, cache_read_tokens = cache_read_tokens + ?,"
+               " cache_write_tokens = cache_write_tokens + ? WHERE id = ?",
+               (usage.input_tokens, usage.output_tokens, usage.cache_tokens, usage.cache_read_tokens,
+                usage.cache_write_tokens, session_id))
+
+
 def set_context_tokens(db: sqlite3.Connection, session_id: str, tokens: int, *, compacted: bool = False) -> None:
     """The input size of the session's last model request (or, after a compaction, the estimate of its
     next); ``compacted`` counts one more compaction."""
