@@ -17,7 +17,8 @@ replays the script from its start, then whatever a test ``enqueue``d for it. A
 delegate (Task) has its own queue, keyed ``<session id>/<task id>``.
 Past the end the model answers "Done." and ends its turn, so loops always end.
 
-Fields of a response, applied in this order: ``gate`` (wait until a test calls
+Fields of a response, applied in this order: ``retrying`` (a retry notice first:
+``{"attempt", "of", "waitS", "reason"}``, as a vendor provider's wait before a retry), ``gate`` (wait until a test calls
 ``release(name)``; ``wait_reached(name)`` tells it the model got there), ``thinking``
 (a reasoning block, streamed word by word as ``ThinkingDelta`` then one ``Thought``),
 ``thinkingRedacted`` (true: a redacted reasoning block, no text), ``text`` (streamed
@@ -43,6 +44,7 @@ from typing import Any
 from pidesk.providers.base import (
     Done,
     ModelRequest,
+    Retrying,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -122,6 +124,9 @@ class ScriptedProvider:
             yield Done("error", "PROVIDER_ERROR", f"bad script response {response!r}: {exc}")
 
     async def _play(self, response: dict[str, Any], sid: str) -> AsyncIterator[StreamEvent]:
+        if retry := response.get("retrying"):
+            yield Retrying(int(retry.get("attempt", 1)), int(retry.get("of", 10)), float(retry.get("waitS", 1.0)),
+                           str(retry.get("reason", "scripted failure")))
         if "gate" in response:
             await self._hold(response["gate"])
         if thinking := response.get("thinking"):

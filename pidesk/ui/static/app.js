@@ -253,7 +253,11 @@ function applyViewEvent(view, ev) {
 }
 
 function applyOne(view, ev) {
+  if (view.retrying && ev.type !== 'turn.retrying' && ev.turnId === view.retrying.turnId) view.retrying = null;
   switch (ev.type) {
+    case 'turn.retrying': // the model request failed and is sent again after a wait: say so, and why
+      view.retrying = { turnId: ev.turnId, attempt: ev.attempt, of: ev.of, waitS: ev.waitS, reason: ev.reason };
+      break;
     case 'turn.started':
       view.turns.set(ev.turnId, { id: ev.turnId, origin: ev.origin, state: 'running' });
       break;
@@ -798,8 +802,12 @@ function renderWorking() {
   const s = currentSession();
   const compacting = !!s && S.compacting.has(s.id);
   const show = compacting || (!!s && s.status === 'running' && s.planState !== 'awaiting_approval' && !transcript.active());
+  const retry = S.view?.id === s?.id ? S.view?.retrying : null;
   el.working.hidden = !show;
-  el.workingText.textContent = compacting ? 'Summarising the conversation for the model…' : 'The agent is working…';
+  el.workingText.textContent = compacting ? 'Summarising the conversation for the model…'
+    : retry ? `Retrying in ${Math.round(retry.waitS)} s (${retry.attempt}/${retry.of}): ${retry.reason}`
+      : 'The agent is working…';
+  el.workingText.title = retry ? retry.reason : '';
 }
 
 function renderAll() {
