@@ -707,6 +707,8 @@ class Chat:
         except PideskError as exc:
             what = exc.message if exc.code == "AGENT_BUSY" else f"{exc.code}: {exc.message}"
             self.say(f"[not compacted: {what}]", "red")
+        except Exception as exc:  # the link failed: this task owns the call, so it says so (nobody awaits it)
+            self.say(f"[not compacted: {type(exc).__name__}: {exc}]", "red")
         else:  # compacted: the compaction's own line says so (its event)
             if not result.get("compacted"):
                 self.say("[nothing to compact: nothing was said since the session began or was last compacted]",
