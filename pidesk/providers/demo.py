@@ -37,7 +37,7 @@ class DemoProvider:
     name = "demo"
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        text, calls = _next_step(request)
+        text, calls = (_summary(request), []) if request.tool_choice == "none" else _next_step(request)
         for word in _WORDS.findall(text):
             yield TextDelta(word)
         for index, (name, args) in enumerate(calls):
@@ -45,6 +45,16 @@ class DemoProvider:
         yield UsageReport(input_tokens=sum(len(m.text()) for m in request.messages) // 4,
                           output_tokens=len(text) // 4)
         yield Done("tool_calls" if calls else "end")
+
+
+def _summary(request: ModelRequest) -> str:
+    """A compaction's summary, as the demo model can write one: what was asked and what it did."""
+    asked = [m.text() for m in request.messages[:-1] if m.role == "user" and m.text().strip()]
+    done = sorted({b.name for m in request.messages for b in m.content if isinstance(b, ToolCallBlock)})
+    goal = asked[-1][:300] if asked else "(nothing yet)"
+    return (f"## Goal\n{goal}\n## Decisions\nThe demo model plans before it changes files.\n"
+            f"## Files\n{', '.join(done) + ' used' if done else 'None touched yet.'}\n"
+            f"## Open questions\nNone.\n## Next\nCarry on with the latest request.")
 
 
 def _next_step(request: ModelRequest) -> tuple[str, list[tuple[str, dict[str, Any]]]]:

@@ -43,3 +43,21 @@ async def test_thinking_from_a_script_is_stored_in_order_in_the_transcript(make_
     content = got["messages"][-1].content
     assert [type(b).__name__ for b in content] == ["ThinkingBlock", "TextBlock"]
     assert content[0].text == "Hmm." and content[1].text == "Answer."
+
+
+@pytest.mark.asyncio
+async def test_the_demo_model_answers_a_summary_request_with_a_summary_and_no_call() -> None:
+    """Issue 30: `pidesk compact` on a demo session recorded the demo's next step as the summary."""
+    from pidesk.core.records import Message, TextBlock
+    from pidesk.providers.base import ModelRequest, TextDelta, ToolCall
+    from pidesk.providers.demo import DemoProvider
+
+    def user(seq: int, text: str) -> Message:
+        return Message(id=f"m{seq}", session_id="s", turn_id="t", seq=seq, role="user",
+                       content=[TextBlock(text=text)], created_at="")
+
+    request = ModelRequest(session_id="s", turn_id="t", system="", tools=[{"name": "Write"}],
+                           messages=[user(1, "add a changelog"), user(2, "Write a summary…")], tool_choice="none")
+    events = [e async for e in DemoProvider().stream(request)]
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert text.startswith("## Goal\nadd a changelog") and not any(isinstance(e, ToolCall) for e in events)
