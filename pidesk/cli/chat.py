@@ -283,6 +283,9 @@ class Chat:
         elif kind == "tool.finished":
             mark = "✓" if event["ok"] else f"✗ {event.get('errorCode') or 'failed'}"
             self.say(f"  {mark} {event['name']} ({event['durationMs']} ms)", "green" if event["ok"] else "red")
+        elif kind == "turn.retrying":  # the model request waits to be sent again: when, and why
+            self.say(f"[retrying in {event['waitS']:g} s ({event['attempt']}/{event['of']}): {event['reason']}]",
+                     "yellow")
         elif kind == "turn.ended":
             self.turn_end(event)
         elif kind == "plan.requested":

@@ -240,3 +240,17 @@ def test_compact_command_summarises_an_idle_session_with_the_model_given(project
     assert again == {"compacted": False, "sessionId": session_id}
     assert "nothing to compact" in ok("compact", session_id, "--model", model, data_dir=data_dir)
     assert sum(line.startswith("── context compacted (manual): ") for line in history(data_dir, session_id)) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_retry_wait_is_a_line_saying_when_and_why(make_host, project):
+    """Issue 30 §5: while the model request waits to be sent again, the chat says so — "retrying in 3 s
+    (2/10)" and the provider's words — rather than sitting silent; the answer follows."""
+    provider = ScriptedProvider([{"retrying": {"attempt": 2, "of": 10, "waitS": 3,
+                                               "reason": "anthropic answered HTTP 529: Overloaded"},
+                                  "text": "Answered after all."}])
+    async with chat_rig(make_host(provider=provider), {"projectPath": str(project)}) as rig:
+        await rig.chat.submit("hello")
+        await rig.screen.expect("[retrying in 3 s (2/10): anthropic answered HTTP 529: Overloaded]")
+        await rig.screen.expect("Answered after all.")
+        await rig.screen.expect("[turn completed]")
