@@ -20,6 +20,7 @@ plan names.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -42,9 +43,15 @@ class DemoProvider:
             yield TextDelta(word)
         for index, (name, args) in enumerate(calls):
             yield ToolCall(f"demo_{len(request.messages)}_{index}", name, args)
-        yield UsageReport(input_tokens=sum(len(m.text()) for m in request.messages) // 4,
-                          output_tokens=len(text) // 4)
+        yield UsageReport(input_tokens=_input_tokens(request), output_tokens=len(text) // 4)
         yield Done("tool_calls" if calls else "end")
+
+
+def _input_tokens(request: ModelRequest) -> int:
+    """What a real model would count of the request, at four characters a token: the system prompt and
+    tool specs too (without them the window looked nearly empty, and a session never compacted)."""
+    chars = len(request.system) + len(json.dumps(request.tools)) + sum(len(m.text()) for m in request.messages)
+    return chars // 4
 
 
 def _summary(request: ModelRequest) -> str:
@@ -158,9 +165,10 @@ def _approved_target(instruction: str) -> str:
 
 
 def _request(messages: list[Message]) -> str:
-    """The user's first request in the conversation, on one line."""
+    """The user's first request in the conversation (not the host's opening of a compacted view, whose
+    seq is 0), on one line."""
     for message in messages:
-        if message.role == "user" and not message.text().startswith("Approved "):
+        if message.role == "user" and message.seq > 0 and not message.text().startswith("Approved "):
             return " ".join(message.text().split())[:200]
     return ""
 

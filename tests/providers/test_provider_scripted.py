@@ -61,3 +61,35 @@ async def test_the_demo_model_answers_a_summary_request_with_a_summary_and_no_ca
     events = [e async for e in DemoProvider().stream(request)]
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert text.startswith("## Goal\nadd a changelog") and not any(isinstance(e, ToolCall) for e in events)
+
+
+@pytest.mark.asyncio
+async def test_the_demo_model_counts_its_whole_input_and_never_quotes_the_hosts_note() -> None:
+    """Issue 30, found using it: the demo model counted only the messages (a session never reached its
+    window), and after a compaction its plan quoted the host's opening note as "You asked"."""
+    from pidesk.core.records import Message, TextBlock, ToolCallBlock, ToolResultBlock
+    from pidesk.providers.base import ModelRequest, ToolCall, UsageReport
+    from pidesk.providers.demo import DemoProvider
+
+    def user(seq: int, text: str) -> Message:
+        return Message(id=f"m{seq}", session_id="s", turn_id="t", seq=seq, role="user",
+                       content=[TextBlock(text=text)], created_at="")
+
+    def answer(seq: int, name: str, output: str) -> list[Message]:
+        call = ToolCallBlock(id=f"c{seq}", name=name, args={})
+        result = ToolResultBlock(tool_call_id=f"c{seq}", name=name, ok=True, output=output)
+        return [Message(id=f"m{seq}", session_id="s", turn_id="t", seq=seq, role="assistant", content=[call],
+                        created_at=""),
+                Message(id=f"m{seq}r", session_id="s", turn_id="t", seq=seq + 1, role="tool", content=[result],
+                        created_at="")]
+
+    tools = [{"name": "SubmitPlan", "description": "x" * 4000, "parameters": {}}, {"name": "Glob"}]
+    # a compacted view: the host's opening note (seq 0), then the request kept verbatim, then the investigation
+    messages = [user(0, "[The host's record of this session]"), user(7, "add a changelog"),
+                *answer(8, "Glob", "README.md"), *answer(10, "Read", "# demo")]
+    request = ModelRequest(session_id="s", turn_id="t", system="s" * 8000, tools=tools, messages=messages)
+    events = [e async for e in DemoProvider().stream(request)]
+    [usage] = [e for e in events if isinstance(e, UsageReport)]
+    assert usage.prompt_tokens > 3000  # the system prompt and the tools, not only the messages
+    [submit] = [e for e in events if isinstance(e, ToolCall)]
+    assert submit.name == "SubmitPlan" and "You asked: “add a changelog”" in submit.args["markdown"]
