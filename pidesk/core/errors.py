@@ -18,7 +18,7 @@ Tool-level outcomes (``WRITE_DISABLED_IN_PLAN`` …) are not exceptions: they ar
 values (``policy.Deny``, tool results with an ``errorCode``) the model can read.
 Every code here is a PROTOCOL.md string, plus ``INVALID_ARGUMENTS`` (a tool call
 whose arguments do not fit its schema; PROTOCOL.md has no tool-level code for
-that). Clients match on ``code``, never on text.
+that) and ``TOOL_ERROR`` (a plugin tool failed). Clients match on ``code``, never on text.
 """
 
 from __future__ import annotations

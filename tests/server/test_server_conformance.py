@@ -31,7 +31,8 @@ SESSION = {"id", "title", "projectPath", "root", "mode", "permissionMode", "stat
 MESSAGE = {"id", "sessionId", "turnId", "seq", "role", "content", "createdAt"}
 APPROVAL = {"id", "kind", "sessionId", "turnId", "toolCallId", "title", "question", "artifactPath", "artifactSha256",
             "artifactSize", "status", "deadline", "permissionMode", "executionId", "executionState", "createdAt",
-            "resolvedAt", "revises", "feedback"}  # + criteria?
+            "resolvedAt", "revises", "feedback",
+            "context"}  # + criteria? ("context": PROTOCOL.md "Turn-3 additions", what an execution starts from)
 PERMISSION = {"id", "sessionId", "turnId", "toolCallId", "tool", "args", "status", "createdAt", "resolvedAt",
               "preview",  # PROTOCOL.md "Additions": {diff, overwrites} for Write and Edit, else null
               "escalated"}  # PROTOCOL.md "Turn-3 additions": a Bash command asking to leave the sandbox
@@ -43,7 +44,9 @@ USAGE = {"inputTokens", "outputTokens", "cacheTokens", "cacheReadTokens", "cache
 BLOCKS = {"text": ({"type", "text"}, set()),
           "toolCall": ({"type", "id", "name", "args"}, set()),
           "toolResult": ({"type", "toolCallId", "name", "ok", "output"}, {"errorCode", "durationMs"}),
-          "attachment": ({"type", "kind", "name", "mime", "size", "ref"}, set())}
+          "attachment": ({"type", "kind", "name", "mime", "size", "ref"}, set()),
+          # PROTOCOL.md "Turn-3 additions"; keptFromSeq is docs/protocol-notes.md's
+          "compaction": ({"type", "summary", "reason", "tokensBefore", "tokensAfter"}, {"keptFromSeq"})}
 # Additions pidesk documents in docs/protocol-notes.md (accepted, and checked, beside PROTOCOL.md's fields)
 SESSION_ADDED = {"usage"}
 TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
@@ -66,6 +69,9 @@ EVENTS = {
     "notification.created": ({"notification"}, set()),
     "session.deleted": ({"sessionId"}, set()),  # docs/protocol-notes.md; not in PROTOCOL.md's table
     "session.truncated": ({"sessionId", "fromSeq"}, set()),  # docs/protocol-notes.md, likewise
+    "context.compacted": ({"sessionId", "turnId", "messageId", "reason", "tokensBefore", "tokensAfter", "summary"},
+                          set()),  # PROTOCOL.md "Turn-3 additions"
+    "turn.retrying": ({"sessionId", "turnId", "attempt", "of", "waitS", "reason"}, set()),  # protocol-notes.md
 }
 
 
