@@ -288,6 +288,7 @@ class Chat:
                      "yellow")
         elif kind == "turn.ended":
             self.turn_end(event)
+            await self.show_usage(event["turnId"])
         elif kind == "plan.requested":
             await self.show_plan(event["approval"]["id"])
         elif kind == "plan.resolved":
@@ -351,6 +352,17 @@ class Chat:
         self.say(f"[turn {event['reason']}{code}]", "bold")
         if event.get("errorMessage"):  # the cause in words: the provider's status and message, retries spent
             self.say(f"  {event['errorMessage']}", "red")
+
+    async def show_usage(self, turn_id: str) -> None:
+        """The turn's tokens, dimmed, with its cache reads and writes apart (issue 30); nothing when none
+        were counted (a model that reports no usage)."""
+        try:
+            turns = (await self.link.call("session.turns", {"sessionId": self.session["id"], "limit": 5}))["turns"]
+        except PideskError:
+            return
+        usage = next((t.get("usage") for t in turns if t["id"] == turn_id), None) or {}
+        if any(usage.get(k) for k in ("inputTokens", "outputTokens")):
+            self.say("  " + usage_line(usage), "dim")
 
     # ---- decision prompts -----------------------------------------------------------
 
@@ -805,6 +817,14 @@ def diff_style(line: str) -> str | None:
 def context_lines(context: dict[str, Any]) -> list[str]:
     """``session.context`` as the chat prints it: the context line, then one line per thing left out."""
     return [context_line(context)] + [f"  ⚠ {warning}" for warning in context.get("warnings") or []]
+
+
+def usage_line(usage: dict[str, Any]) -> str:
+    """``12,345 in · 400 out · cache 10,000 read · 1,000 written`` (the cache parts only when there are any)."""
+    parts = [f"{usage.get('inputTokens', 0):,} in", f"{usage.get('outputTokens', 0):,} out"]
+    cache = [f"{usage[k]:,} {word}" for k, word in (("cacheReadTokens", "read"), ("cacheWriteTokens", "written"))
+             if usage.get(k)]
+    return " · ".join(parts) + (" · cache " + " · ".join(cache) if cache else "")
 
 
 def context_line(context: dict[str, Any]) -> str:

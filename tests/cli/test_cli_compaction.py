@@ -254,3 +254,15 @@ async def test_a_retry_wait_is_a_line_saying_when_and_why(make_host, project):
         await rig.screen.expect("[retrying in 3 s (2/10): anthropic answered HTTP 529: Overloaded]")
         await rig.screen.expect("Answered after all.")
         await rig.screen.expect("[turn completed]")
+
+
+@pytest.mark.asyncio
+async def test_each_turn_ends_with_its_tokens_cache_reads_and_writes_apart(make_host, project):
+    """Issue 30 §4: after a turn, chat shows what it cost — input, output, and the cache's reads and
+    writes apart (a write costs more than plain input, a read a tenth of it)."""
+    provider = ScriptedProvider([{"text": "Read it all.", "usage": {"inputTokens": 12345, "outputTokens": 400,
+                                                                    "cacheReadTokens": 10000, "cacheWriteTokens": 1000}}])
+    async with chat_rig(make_host(provider=provider), {"projectPath": str(project)}) as rig:
+        await rig.chat.submit("hello")
+        await rig.screen.expect("[turn completed]")
+        await rig.screen.expect("12,345 in · 400 out · cache 10,000 read · 1,000 written")
