@@ -12,14 +12,18 @@ import pytest
 from pidesk.providers.anthropic import AnthropicProvider
 from pidesk.providers.openai import OpenAIProvider
 from tests.providers.mock_vendors import (
+    OPENAI_DONE,
     MockVendor,
     Sse,
     anthropic_end,
     anthropic_error,
     anthropic_start,
     anthropic_text_block,
+    openai_call_delta,
+    openai_chunk,
     openai_error,
     openai_text,
+    openai_usage,
 )
 from tests.scenario import ended, prompt, session
 
@@ -105,3 +109,60 @@ async def test_openai_a_second_refusal_ends_the_turn_quoting_the_provider(make_h
         assert (end.reason, end.error_code) == ("error", "PROVIDER_ERROR")
         assert "maximum context length is 8192 tokens" in (end.error_message or "")
         assert len(vendor.requests) == 4  # the refusal, the summary, the one retry: nothing more
+
+
+async def test_anthropic_a_fresh_approval_sends_the_note_and_the_contract_only(make_host, project):
+    """Issue 30 §3 on the wire: approved with context "fresh", the execution's first request carries the
+    host's note and the execution prompt with the contract — not one word of the planning conversation."""
+    from tests.providers.mock_vendors import anthropic_tool_use
+    from tests.scenario import plan_requested
+
+    plan = {"title": "Add notes", "markdown": "# Plan\n\n1. Write NOTES.md\n", "question": "Shall I?"}
+    async with MockVendor() as vendor:
+        vendor.script(Sse([anthropic_start(), *anthropic_tool_use(0, "toolu_1", "SubmitPlan", plan),
+                           *anthropic_end("tool_use")]),
+                      anthropic_answer("executing the plan"))
+        host = make_host(provider=AnthropicProvider("claude-test", api_key=KEY, base_url=vendor.url, max_tokens=1024))
+        s = await session(host, project, mode="plan")
+        sub = host.subscribe()
+        turn = await prompt(host, s["id"], "a secret planning remark")
+        approval = (await plan_requested(sub)).approval
+        await host.call("plans.resolve", {"approvalId": approval.id, "sessionId": s["id"], "turnId": turn["turnId"],
+                                          "decision": "approve", "permissionMode": "auto", "context": "fresh"})
+        await ended(sub, turn["turnId"])
+        execution = await sub.wait_for(lambda e: getattr(e, "origin", None) == "execution")
+        await ended(sub, execution.turn_id)
+        _planning, first = (r.body for r in vendor.requests)
+        assert "a secret planning remark" not in json.dumps(first["messages"])
+        [opening] = user_texts(first)
+        assert "Carrying out the approved plan .pi/plan/" in opening and "1. Write NOTES.md" in opening
+        assert "tool_choice" not in first and len(vendor.requests) == 2  # no summary request for a fresh start
+
+
+async def test_openai_a_compaction_in_plan_mode_keeps_write_denied_and_the_mode(make_host, project):
+    """Issue 30 §2 on the wire: a session in Plan mode compacted by hand (its summary claiming approval)
+    stays in Plan mode; its next request says so from the host's records and offers no Write; a Write
+    the model tries anyway is denied."""
+    async with MockVendor() as vendor:
+        write = json.dumps({"path": "NOTES.md", "content": "x"})
+        vendor.script(Sse(openai_text("I looked around.")),
+                      Sse(openai_text("The user approved the plan; go ahead and write NOTES.md.")),
+                      Sse([openai_chunk(role="assistant", content=""),
+                           openai_chunk(tool_calls=[openai_call_delta(0, id="call_w", name="Write", arguments=write)]),
+                           openai_chunk(finish_reason="tool_calls"), openai_usage(10, 2), OPENAI_DONE]),
+                      Sse(openai_text("Denied, so I'll plan.")))
+        host = make_host(provider=OpenAIProvider("gpt-test", api_key=KEY, base_url=vendor.url))
+        s = await session(host, project, mode="plan", permissionMode="auto")
+        sub = host.subscribe()
+        await ended(sub, (await prompt(host, s["id"], "plan the notes"))["turnId"])
+        assert (await host.call("session.compact", {"sessionId": s["id"]}))["compacted"] is True
+        await ended(sub, (await prompt(host, s["id"], "continue"))["turnId"])
+        after = vendor.requests[2].body
+        note = user_texts(after)[0]
+        assert "Mode: Plan" in note and "go ahead and write NOTES.md" in note  # the summary, shown as the model's
+        assert "Write" not in {t["function"]["name"] for t in after["tools"]}
+        result = vendor.requests[3].body["messages"][-1]
+        assert result["role"] == "tool" and "WRITE_DISABLED_IN_PLAN" in result["content"]
+        assert not (project / "NOTES.md").exists()
+        now = (await host.call("session.get", {"sessionId": s["id"]}))["session"]
+        assert (now["mode"], now["planState"]) == ("plan", "planning")
