@@ -176,9 +176,10 @@ class Compactions:
         after = model_view(messages, self.limit, lambda: self.note(session_id, live, messages))
         block.tokens_after = estimate_request(system, tools, after)
         message: Message = await self.p.in_thread(self.p.store.append_message, session_id, turn_id, "user", [block])
+        self.p.store.faults.hit("compaction.after_append")
         self._seen.pop(session_id, None)
         with self.p.store.db.tx() as db:
-            repo.set_context_tokens(db, session_id, block.tokens_after, compacted=True)
+            repo.set_context_tokens(db, session_id, block.tokens_after)
             repo.audit(db, "context.compacted", session_id, turn_id, reason=plan.reason,
                        tokens_before=plan.tokens_before, tokens_after=block.tokens_after)
         self.p.bus.publish(MessageAppended(session_id=session_id, turn_id=turn_id, message=message))
@@ -219,9 +220,11 @@ class Compactions:
         return {"compacted": True}
 
     def window(self, session_id: str, estimate: int) -> dict[str, int]:
-        """``session.context``'s ``window``: the last request's input (``estimate`` before any)."""
+        """``session.context``'s ``window``: the last request's input (``estimate`` before any), and how
+        many compactions the transcript holds."""
         with self.p.store.db.read() as db:
-            used, compactions = repo.context_window(db, session_id)
+            used = repo.context_tokens(db, session_id)
+        compactions = sum(1 for m in self.p.store.messages(session_id) if _compaction(m) is not None)
         return {"usedTokens": used or estimate, "limitTokens": self.limit, "compactions": compactions}
 
 

@@ -290,8 +290,8 @@ def m011_session_list_order(db: sqlite3.Connection) -> None:
 @migration
 def m012_context_window(db: sqlite3.Connection) -> None:
     """The model's window as the session last used it (issue 30): ``context_tokens`` the input size of
-    its last model request (the provider's count where it gave one), ``compactions`` how many so far;
-    and the context an approval asked for its execution (``keep``, ``compact``, ``fresh``)."""
+    its last model request (the provider's count where it gave one); and the context an approval asked
+    for its execution (``keep``, ``compact``, ``fresh``). (How many compactions a session had is read
+    from its transcript, where each is a message: a count here could disagree after a crash.)"""
     db.execute("ALTER TABLE sessions ADD COLUMN context_tokens INTEGER NOT NULL DEFAULT 0")
-    db.execute("ALTER TABLE sessions ADD COLUMN compactions INTEGER NOT NULL DEFAULT 0")
     db.execute("ALTER TABLE plan_approvals ADD COLUMN context TEXT NOT NULL DEFAULT 'keep'")

@@ -216,6 +216,21 @@ async def user_message(c: Child) -> None:
 
 
 @scenario
+async def compaction(c: Child) -> None:
+    """A session with two turns, compacted by hand in a host killed right after the compaction's message."""
+    host = c.open(armed=False)
+    s = await sc.session(host, c.project)
+    sub = host.subscribe()
+    for text in ("first request", "second request"):
+        await sc.ended(sub, (await sc.prompt(host, s["id"], text))["turnId"])
+    await host.close()
+    ack(session=s["id"])
+    host = c.open()
+    c.provider.enqueue(s["id"], {"summary": "SUMMARY: two requests were answered"})
+    await host.call("session.compact", {"sessionId": s["id"]})
+
+
+@scenario
 async def tool_message(c: Child) -> None:
     host = c.open()  # nth=3: user row, assistant Read row, then the Read result row
     s = await sc.session(host, c.project)

@@ -188,3 +188,25 @@ async def test_seed003_s4_orphan_transcript_torn_tail_is_in_the_sessions_audit_t
     host = make_host()
     assert host.recovery.boot.restored_sessions == [sid]
     assert "transcript.quarantined" in audit_actions(host, sid)
+
+
+@pytest.mark.asyncio
+async def test_issue30_a_compaction_killed_after_its_message_is_kept_once_and_never_asked_again(
+    data_dir: Path, project: Path, provider: Any, make_host: Any
+) -> None:
+    """Issue 30 (a persistence point: the compaction's message). Killed right after it was written: the
+    reopened host holds it once, builds the same compacted view from it, asks the model nothing at boot,
+    and counts it; the next turn's request opens with its summary."""
+    acks = crash("compaction", data_dir, project, "compaction.after_append")
+    sid = acks["session"]
+    host = make_host()
+    assert_fail_closed(host, provider)
+    history = (await state(host, sid))["messages"]
+    blocks = [b for m in history for b in m["content"] if b["type"] == "compaction"]
+    assert [(b["reason"], b["summary"]) for b in blocks] == [("manual", "SUMMARY: two requests were answered")]
+    assert [m["seq"] for m in history] == list(range(1, len(history) + 1))
+    assert (await host.call("session.context", {"sessionId": sid}))["window"]["compactions"] == 1
+    sub = host.subscribe()
+    await ended(sub, (await prompt(host, sid, "third request"))["turnId"])
+    opening, asked = [m.text() for m in provider.requests[-1].messages]
+    assert "SUMMARY: two requests were answered" in opening and asked == "third request"

@@ -299,17 +299,15 @@ def add_session_usage(db: sqlite3.Connection, session_id: str, usage: Usage) -> 
                 usage.cache_write_tokens, session_id))
 
 
-def set_context_tokens(db: sqlite3.Connection, session_id: str, tokens: int, *, compacted: bool = False) -> None:
-    """The input size of the session's last model request (or, after a compaction, the estimate of its
-    next); ``compacted`` counts one more compaction."""
-    db.execute("UPDATE sessions SET context_tokens = ?, compactions = compactions + ? WHERE id = ?",
-               (tokens, 1 if compacted else 0, session_id))
+def set_context_tokens(db: sqlite3.Connection, session_id: str, tokens: int) -> None:
+    """The input size of the session's last model request (or, after a compaction, the estimate of its next)."""
+    db.execute("UPDATE sessions SET context_tokens = ? WHERE id = ?", (tokens, session_id))
 
 
-def context_window(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
-    """(input tokens of the last model request, compactions so far) of a session."""
-    row = db.execute("SELECT context_tokens, compactions FROM sessions WHERE id = ?", (session_id,)).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+def context_tokens(db: sqlite3.Connection, session_id: str) -> int:
+    """The input size of the session's last model request (0: none yet)."""
+    row = db.execute("SELECT context_tokens FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def running_turns(db: sqlite3.Connection) -> list[Row]:
