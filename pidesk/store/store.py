@@ -40,7 +40,7 @@ from typing import Any
 
 import msgspec
 
-from pidesk.core.errors import StoreError
+from pidesk.core.errors import NotFound, StoreError
 from pidesk.core.modes import Mode, PermissionMode, PlanState, SessionStatus
 from pidesk.core.records import Block, Message, Session
 from pidesk.faults import NO_FAULTS, Faults
@@ -207,8 +207,12 @@ class Store:
         return messages, has_more
 
     def messages(self, session_id: str, through_seq: int | None = None) -> list[Message]:
-        """Every message of a session from its transcript, optionally up to a seq (inclusive)."""
-        out = self.transcripts.messages(session_id)
+        """Every message of a session from its transcript, optionally up to a seq (inclusive). A session
+        deleted meanwhile (its transcript gone) is ``NOT_FOUND``."""
+        try:
+            out = self.transcripts.messages(session_id)
+        except FileNotFoundError:
+            raise NotFound(f"no session {session_id!r}") from None
         if through_seq is not None:
             out = [m for m in out if m.seq <= through_seq]
         return out

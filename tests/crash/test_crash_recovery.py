@@ -34,7 +34,14 @@ LATEST = len(ALL_MIGRATIONS)
 MIGRATIONS = {"m002_plan_approvals": (1, V1_TABLES), "m003_queue_notifications_audit": (2, V2_TABLES),
               "m004_turn_queue_entry": (3, V3_TABLES), "m005_session_usage": (4, V3_TABLES),
               "m006_schedules": (5, V3_TABLES), "m007_indexes_for_growing_tables": (6, V6_TABLES),
-              "m008_cache_read_write_usage": (7, V6_TABLES), "m009_turn_error_message": (8, V6_TABLES)}
+              "m008_cache_read_write_usage": (7, V6_TABLES), "m009_turn_error_message": (8, V6_TABLES),
+              "m010_permission_preview": (9, V6_TABLES), "m011_session_list_order": (10, V6_TABLES),
+              "m012_context_window": (11, V6_TABLES)}
+
+
+def test_every_migration_is_in_the_crash_matrix() -> None:
+    """A migration added without a kill test inside it is a persistence point nobody checked."""
+    assert list(MIGRATIONS) == [m.__name__ for m in ALL_MIGRATIONS[1:]]
 
 
 def _schema(data_dir: Path) -> tuple[int, set[str]]:

@@ -269,3 +269,16 @@ async def test_the_window_reports_the_providers_own_count(host, provider, projec
     await ended(sub, (await prompt(host, s["id"]))["turnId"])
     window = (await host.call("session.context", {"sessionId": s["id"]}))["window"]
     assert window == {"usedTokens": 4321, "limitTokens": 128_000, "compactions": 0}
+
+
+@pytest.mark.parametrize("method", ["session.context", "session.compact"])
+async def test_a_session_deleted_under_a_call_is_not_found_not_an_internal_error(host, project, monkeypatch, method):
+    """Found by the door fuzz (100,000 requests over four connections): session.context read the transcript
+    of a session another connection had just deleted, and answered INTERNAL (FileNotFoundError)."""
+    s = await session(host, project)
+    stale = host.parts.session(s["id"])
+    await host.call("session.delete", {"sessionId": s["id"]})
+    monkeypatch.setattr(host.parts, "session", lambda _sid: stale)  # looked up just before the delete
+    with pytest.raises(PideskError) as gone:
+        await host.call(method, {"sessionId": s["id"]})
+    assert gone.value.code == "NOT_FOUND"
