@@ -29,8 +29,10 @@ point anywhere), lies in the host's data dir, or is named like a secret
 (``.env``, keys: ``core.paths.is_secret``). Each refusal is a warning; a file
 reached twice (the global file inside the repository) is included once.
 
-Skills (the Agent Skills format): ``<dir>/SKILL.md`` under the session root's
-``.pi/skills/``, ``.agents/skills/`` and ``.claude/skills/``, then the global
+Skills (the Agent Skills format): ``<dir>/SKILL.md`` under ``.pi/skills/``,
+``.agents/skills/`` and ``.claude/skills/`` of the session root and of each folder
+above it up to the repository root (as ``AGENTS.md`` is found: a session in a
+subfolder sees the repository's skills), nearest first, then the global
 ``<config dir>/pidesk/skills/``; a name already taken is skipped with a
 warning. Only the front matter is read (the first ``SKILL_HEAD`` bytes), by
 ``parse_front_matter`` — a deliberately small parser, not YAML:
@@ -240,7 +242,8 @@ class Instructions:
     def _gather_skills(self, root: Path, temporary: bool, warnings: list[str]) -> list[Skill]:
         places: list[tuple[Path, Path | None, bool]] = []  # (skills dir, the tree it must stay in, shown relative?)
         if not temporary:
-            places += [(root / d, root, True) for d in SKILL_DIRS]
+            top, chain = _chain(root)
+            places += [(directory / d, top, True) for directory in chain for d in SKILL_DIRS]
         if self.config_dir is not None:
             places.append((self.config_dir / "skills", None, False))
         skills: list[Skill] = []

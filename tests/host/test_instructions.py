@@ -307,3 +307,23 @@ async def test_a_delegate_is_told_what_its_parent_is_told(make_host, provider, p
     child = [r for r in provider.requests if r.agent == "task_1"]
     assert child and "Delegates too: never touch vendor/." in child[0].system
     assert "You are a delegate working on one task: look." in child[0].system
+
+
+@pytest.mark.asyncio
+async def test_a_session_in_a_subfolder_sees_the_repositorys_skills_nearest_first(make_host, provider, tmp_path):
+    """Issue 31 §5: skills were looked for only in the session's own folder, while AGENTS.md is found up to
+    the repository root: a session in `repo/service` missed `repo/.pi/skills`. Now both are found, the
+    nearest winning a name, and nothing above the repository root is read."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    skill(repo / ".pi/skills/deploy", "---\nname: deploy\ndescription: the repository's deploy\n---")
+    skill(repo / ".pi/skills/lint", "---\nname: lint\ndescription: lint it\n---")
+    skill(repo / "service/.agents/skills/deploy", "---\nname: deploy\ndescription: the service's own deploy\n---")
+    skill(tmp_path / ".pi/skills/outside", "---\nname: outside\ndescription: above the repository\n---")
+    host = make_host()
+    s = await session(host, repo / "service")
+    listed = await host.call("session.context", {"sessionId": s["id"]})
+    assert [(k["name"], k["description"], k["path"]) for k in listed["skills"]] == [
+        ("deploy", "the service's own deploy", ".agents/skills/deploy/SKILL.md"),
+        ("lint", "lint it", "../.pi/skills/lint/SKILL.md")]
+    assert any("the name 'deploy' is taken by .agents/skills/deploy/SKILL.md" in w for w in listed["warnings"])
