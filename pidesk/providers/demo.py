@@ -165,10 +165,11 @@ def _approved_target(instruction: str) -> str:
 
 
 def _request(messages: list[Message]) -> str:
-    """The user's first request in the conversation (not the host's opening of a compacted view, whose
-    seq is 0), on one line."""
-    for message in messages:
-        if message.role == "user" and message.seq > 0 and not message.text().startswith("Approved "):
+    """The user's current request — the newest prompt, not the session's first, nor the host's opening of
+    a compacted view (seq 0) or an execution's instructions — on one line."""
+    for message in reversed(messages):
+        if message.role == "user" and message.seq > 0 and message.text().strip() \
+                and not message.text().startswith("Approved "):
             return " ".join(message.text().split())[:200]
     return ""
 
@@ -181,6 +182,7 @@ def _feedback(messages: list[Message]) -> str | None:
                 if block.error_code != "PLAN_REJECTED":
                     return None
                 _, _, text = block.output.partition("Feedback: ")
+                text = text.split("\nYou are still in ", 1)[0]  # (the host's own words after the user's)
                 return " ".join(text.split()) or None
     return None
 
