@@ -182,8 +182,11 @@ def plans() -> None:
 
 
 @rpc_command(plans, "list", columns=("id", "kind", "title", "status", "executionState", "sessionId", "createdAt"))
+@click.argument("session", required=False, default=None)
 @click.option("--session", "session_id", default=None, help="History of one session (default: all pending).")
-async def plans_list(client: Any, session_id: str | None) -> Any:
+async def plans_list(client: Any, session: str | None, session_id: str | None) -> Any:
+    """Every pending plan and goal; with a SESSION (or --session), that session's whole history."""
+    session_id = session_id or session
     if session_id:
         return (await client.call("plans.list", {"sessionId": session_id}))["approvals"]
     return (await client.call("plans.pending", {}))["approvals"]
@@ -362,7 +365,19 @@ def schedules() -> None:
     """Prompts that run unattended on a cron schedule (Plan/Goal schedules are refused at run time)."""
 
 
-@rpc_command(schedules, "list", columns=("id", "name", "cron", "mode", "nextRunAt", "projectPath"))
+def _show_schedules(schedules: list[dict[str, Any]]) -> None:
+    """The table, with each schedule's last run and how it ended (``--json`` keeps the wire's lastRun)."""
+    def last(run: dict[str, Any] | None) -> str:
+        if not run:
+            return "never"
+        code = f" {run['errorCode']}" if run.get("errorCode") else ""
+        return f"{run['status']}{code} {run['at'][:16].replace('T', ' ')}"
+
+    render([{**s, "lastRun": last(s.get("lastRun"))} for s in schedules],
+           ("id", "name", "cron", "mode", "nextRunAt", "lastRun", "projectPath"))
+
+
+@rpc_command(schedules, "list", show=_show_schedules)
 async def schedules_list(client: Any) -> Any:
     return (await client.call("schedules.list"))["schedules"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -12,9 +13,11 @@ from pathlib import Path
 EXAMPLE = Path(__file__).parents[2] / "examples" / "notes.json"
 
 
-def pidesk(*args: str, data_dir: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+def pidesk(*args: str, data_dir: Path, check: bool = True, columns: int | None = None
+           ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": str(columns)} if columns else None
     done = subprocess.run([sys.executable, "-m", "pidesk", *args, "--data-dir", str(data_dir)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
     if check:
         assert done.returncode == 0, done.stderr
     return done
@@ -91,8 +94,22 @@ def test_schedules_create_list_run_and_delete(project, data_dir):
     created = json.loads(pidesk("schedules", "create", "nightly", "0 3 * * *", str(project), "plan it",
                                 "--mode", "plan", "--json", data_dir=data_dir).stdout)
     assert created["mode"] == "plan"
-    assert "nightly" in pidesk("schedules", "list", data_dir=data_dir).stdout
+    listed = pidesk("schedules", "list", data_dir=data_dir).stdout
+    assert "nightly" in listed and "never" in listed  # (issue 31 §5: the last run and how it ended)
     run = json.loads(pidesk("schedules", "run", created["id"], "--json", data_dir=data_dir).stdout)
     assert run["errorCode"] == "PLAN_REQUIRES_INTERACTIVE_SESSION"
+    [schedule] = json.loads(pidesk("schedules", "list", "--json", data_dir=data_dir).stdout)
+    at = schedule["lastRun"]["at"][:16].replace("T", " ")
+    listed = pidesk("schedules", "list", data_dir=data_dir, columns=200).stdout
+    assert f"failed PLAN_REQUIRES_INTERACTIVE_SESSION {at}" in listed
     pidesk("schedules", "delete", created["id"], data_dir=data_dir)
     assert json.loads(pidesk("schedules", "list", "--json", data_dir=data_dir).stdout) == []
+
+
+def test_plans_list_takes_the_session_as_an_argument(project, data_dir):
+    """Issue 31 §5: `pidesk plans list SID` said "unexpected extra argument"; it lists that session's plans,
+    as --session does."""
+    session_id = json.loads(pidesk("sessions", "new", str(project), "--json", data_dir=data_dir).stdout)["id"]
+    assert json.loads(pidesk("plans", "list", session_id, "--json", data_dir=data_dir).stdout) == []
+    missing = pidesk("plans", "list", "s_missing", data_dir=data_dir, check=False)
+    assert missing.returncode == 2 and "NOT_FOUND" in missing.stderr
