@@ -941,6 +941,9 @@ async def run_chat(link: Any, project: str | None, session_id: str | None) -> No
         await link.call("session.focus", {"sessionId": session["id"]})
         chat = Chat(link, session, console)
         console.print(f"pidesk chat · session {session['id']} · {session['root']}", style="bold")
+        if project is None and session_id is None:
+            console.print("No PROJECT given: this session works in a scratch folder of its own (nothing of yours is "
+                          "touched; Plan and Goal need a project). Give one: pidesk chat PATH", style="dim")
         console.print("Enter sends · Shift+Tab mode · Esc stop · Ctrl+C abort/quit · /help /pending /diff /undo "
                       "/quit", style="dim")
         await chat.show_sandbox()

@@ -426,3 +426,14 @@ def test_idle_esc_mode_confirmation_help_quit_and_markdown(project, data_dir, tm
     assert not any("**" in line or line.startswith("- one") for line in lines)
     term.type("/quit\r")
     assert term.close() == 0
+
+
+def test_chat_without_a_project_says_it_works_in_a_scratch_folder(data_dir):
+    """Issue 31 §5: `pidesk chat` with no PROJECT quietly made a session in a scratch folder of the data dir;
+    it says so, and how to give a project."""
+    term = Terminal([sys.executable, "-m", "pidesk", "chat", "--data-dir", str(data_dir), "--model", "demo"])
+    term.expect("No PROJECT given: this session works in a scratch folder of its own")
+    term.expect("Give one: pidesk chat PATH")
+    term.expect_status("agent · ")  # the terminal is the chat's now: a key reaches it
+    term.type("\x04")
+    assert term.close() == 0
