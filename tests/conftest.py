@@ -23,6 +23,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not sandbox_usable() and os.environ.get("CI") != "true":
         pidesk_config.DEFAULT_SANDBOX_ENABLED = False
         os.environ["PIDESK_SANDBOX"] = "off"  # (hosts the tests start as processes)
+    # Commands run their host in their own process, as before hosts were started on demand: a test's
+    # `pidesk run` must not leave a host behind. The tests of hosts on demand drop it for their commands.
+    os.environ["PIDESK_EMBEDDED"] = "1"
 
 
 def pytest_report_header(config: pytest.Config) -> str:

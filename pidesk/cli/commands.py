@@ -51,7 +51,7 @@ def rpc_command(group: click.Group, name: str, columns: tuple[str, ...] = (),
 
             async def go() -> Any:
                 config = HostConfig.from_environ(data_dir=data_dir, model=chosen)
-                async with connect(config, url, token) as client:
+                async with connect(config, url, token, model=chosen) as client:
                     if isinstance(client, Remote):
                         await insist_on_model(client, chosen, None if url else config.data_dir)
                     return await fn(client, **params)

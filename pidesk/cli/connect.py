@@ -1,5 +1,18 @@
-"""How a command reaches a host: the running one (``host.json`` or ``--url/--token``), else an
-embedded one that holds the data dir's lock for as long as the command runs.
+"""How a command reaches a host: the running one (``host.json`` or ``--url/--token``), else one it
+starts on demand, else (``PIDESK_EMBEDDED=1``) an embedded one that holds the data dir's lock for as
+long as the command runs.
+
+**A host on demand** (issue 31): a command that finds no host starts ``pidesk serve`` for the data
+dir in the background — its own session, detached from the terminal, logging to
+``<data-dir>/host.log``, with the kept token and port and the flags the command was given
+(``--model``, ``--max-retries``, ``--no-sandbox``, ``--context-limit``) — waits for it to answer
+``/healthz`` (``START_TIMEOUT_S``), says so on one dim line of stderr, and talks to it like any
+running host. So no command locks another out: the next one finds the same host. It stays while a
+client is connected, a turn runs or a schedule is enabled, and exits once it has been idle for
+``ON_DEMAND_IDLE_S`` (``pidesk stop`` stops it at once; ``pidesk status`` says since when it runs).
+Two commands starting at once start two serves: one takes the data dir's lock, the other exits,
+and both commands use the one that serves. ``PIDESK_EMBEDDED=1`` (the test suite's setting) keeps
+the single-process mode.
 
 Either way the command sees one ``Client``: ``await client.call(method, params)`` with
 PROTOCOL.md names, raising ``PideskError`` with the wire's stable code.
@@ -10,7 +23,10 @@ from __future__ import annotations
 import gc
 import json
 import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -59,6 +75,112 @@ class Remote:
             code = (error.get("data") or {}).get("code", Code.INTERNAL.value)
             raise PideskError(error.get("message", "error"), Code(code) if code in Code.__members__ else Code.INTERNAL)
         return answer["result"]
+
+
+ON_DEMAND_IDLE_S = 600.0  # a host started on demand exits after this long with nothing to do
+START_TIMEOUT_S = 30.0  # how long a command waits for the host it started to answer
+HOST_LOG = "host.log"
+
+
+def embedded_only() -> bool:
+    """``PIDESK_EMBEDDED=1``: commands run a host in their own process (tests, CI, one-shot scripts)."""
+    return os.environ.get("PIDESK_EMBEDDED", "").lower() in ("1", "true", "yes")
+
+
+def start_host(config: HostConfig, *, model: str | None = None, max_retries: int | None = None,
+               no_sandbox: bool = False, context_limit: int | None = None) -> Remote:
+    """Start ``pidesk serve`` for ``config.data_dir`` in the background and wait until it answers (or
+    until another command's serve does: the data dir has one host). Blocking: call it off the loop.
+    A model it could not run (a key missing, a setting wrong) is refused here, as an embedded host
+    refuses it, rather than in a log nobody reads."""
+    from pidesk.cli.models import make_provider
+
+    make_provider(model or config.model, config.secrets, settings=config.model_settings(model))  # (raises)
+    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    argv = [sys.executable, "-m", "pidesk", "serve", "--data-dir", str(config.data_dir), "--no-open",
+            "--idle-exit", f"{ON_DEMAND_IDLE_S:g}"]
+    argv += ["--model", model] if model else []
+    argv += ["--max-retries", str(max_retries)] if max_retries is not None else []
+    argv += ["--no-sandbox"] if no_sandbox else []
+    argv += ["--context-limit", str(context_limit)] if context_limit is not None else []
+    log_path = config.data_dir / HOST_LOG
+    with open(log_path, "ab", opener=lambda path, flags: os.open(path, flags, 0o600)) as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                close_fds=True, cwd=config.data_dir)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        remote = running_host(config.data_dir)
+        if remote is not None and _healthy(remote.url):
+            mine = remote.pid == proc.pid
+            click.secho(f"pidesk: {'started a host' if mine else 'another command started the host'} for "
+                        f"{config.data_dir} at {remote.url} (it exits after {ON_DEMAND_IDLE_S / 60:g} min with "
+                        "nothing to do; pidesk stop stops it)", err=True, dim=True)
+            return remote
+        if proc.poll() is not None and time.monotonic() > deadline - START_TIMEOUT_S + 5:
+            break  # ours gave up, and no other has served for 5 s: say why ours did
+        time.sleep(0.05)
+    raise PideskError(f"could not start a pidesk host for {config.data_dir}: {_log_tail(log_path)} "
+                      f"(its log: {log_path})")
+
+
+STOP_TIMEOUT_S = 30.0  # a host's clean exit: its turns aborted and recorded, its MCP servers stopped
+
+
+def stop_host(data_dir: Path) -> Remote | None:
+    """SIGTERM the host serving ``data_dir`` and wait (bounded) until its process is gone; None: none ran."""
+    remote = running_host(data_dir)
+    if remote is None or remote.pid is None:
+        return None
+    import signal
+
+    os.kill(remote.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            os.kill(remote.pid, 0)
+        except ProcessLookupError:
+            return remote
+        if not (data_dir / "host.json").exists() and not _alive_child(remote.pid):
+            return remote
+        time.sleep(0.05)
+    raise PideskError(f"the host at {remote.url} (pid {remote.pid}) did not stop within {STOP_TIMEOUT_S:g} s")
+
+
+def _alive_child(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie our own child left counts as gone: reap it)."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not ours: it runs as long as it exists
+        return True
+    return done == 0
+
+
+def _healthy(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    return lines[-1] if lines else "it exited without a word"
+
+
+def host_info(data_dir: Path) -> dict[str, Any]:
+    """What host.json says of the running host beyond how to reach it: since when it runs (``startedAt``)
+    and, for one started on demand, after how many idle seconds it exits (``idleExit``)."""
+    try:
+        info = json.loads((data_dir / "host.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: info[k] for k in ("startedAt", "idleExit") if isinstance(info, dict) and info.get(k) is not None}
 
 
 def running_host(data_dir: Path) -> Remote | None:
@@ -116,7 +238,9 @@ class Embedded:
 
 
 @asynccontextmanager
-async def connect(config: HostConfig, url: str | None = None, token: str | None = None) -> AsyncIterator[Client]:
+async def connect(config: HostConfig, url: str | None = None, token: str | None = None,
+                  model: str | None = None) -> AsyncIterator[Client]:
+    """The running host, else one started on demand (``model``: the ``--model`` given), else embedded."""
     if url is not None:
         if token is None:
             raise PideskError("--url needs --token", Code.INVALID_PARAMS)
@@ -125,6 +249,11 @@ async def connect(config: HostConfig, url: str | None = None, token: str | None 
     remote = running_host(config.data_dir)
     if remote is not None:
         yield remote
+        return
+    if not embedded_only():
+        import asyncio
+
+        yield await asyncio.to_thread(start_host, config, model=model)
         return
     async with embedded(config) as host:
         yield Embedded(host)

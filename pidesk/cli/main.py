@@ -116,6 +116,19 @@ def status(data_dir: Path | None, as_json: bool) -> None:
 
 
 @main.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+def stop(data_dir: Path | None) -> None:
+    """Stop the host serving the data dir (one started on demand, or `pidesk serve`), as Ctrl+C would."""
+    from pidesk.cli.connect import stop_host
+    from pidesk.config import HostConfig
+
+    config = HostConfig.from_environ(data_dir=data_dir)
+    stopped = stop_host(config.data_dir)
+    click.echo(f"stopped the host at {stopped.url} (pid {stopped.pid})" if stopped is not None
+               else f"no host is running for {config.data_dir}")
+
+
+@main.command()
 @click.argument("project", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -130,9 +143,12 @@ def status(data_dir: Path | None, as_json: bool) -> None:
 @click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
 @click.option("--no-sandbox", is_flag=True, help=_NO_SANDBOX_HELP)
 @_context_limit_option()
+@click.option("--idle-exit", type=click.FloatRange(min=0.1), default=None, metavar="SECONDS",
+              help="Exit once nothing has happened for SECONDS: no client connected, no turn running, no "
+                   "schedule enabled (a host clients start on demand uses 600). Default: run until stopped.")
 def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, token: str | None, new_token: bool,
           model: str | None, approval_timeout: float | None, allow_remote: bool, no_open: bool,
-          max_retries: int | None, no_sandbox: bool, context_limit: int | None) -> None:
+          max_retries: int | None, no_sandbox: bool, context_limit: int | None, idle_exit: float | None) -> None:
     """Run the host: JSON-RPC on /rpc, the web UI on /, until SIGTERM or Ctrl+C."""
     import asyncio
 
@@ -160,7 +176,7 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
     asyncio.run(run_server(config, make_provider(config.model, config.secrets, lean_http=config.lean_http,
                                                  settings=config.model_settings(), retry=config.retry),
                            ServeOptions(bind=bind, port=port, token=token, new_token=new_token,
-                                        allow_remote=allow_remote), announce))
+                                        allow_remote=allow_remote, idle_exit=idle_exit), announce))
 
 
 def _add_groups() -> None:
@@ -274,7 +290,7 @@ def chat(project: Path | None, session_id: str | None, data_dir: Path | None, ur
     import asyncio
 
     from pidesk.cli.chat import run_chat
-    from pidesk.cli.connect import Remote, embedded, insist_on_model, running_host, say_ignored
+    from pidesk.cli.connect import Remote, embedded, embedded_only, insist_on_model, running_host, say_ignored, start_host
     from pidesk.cli.link import EmbeddedLink, RemoteLink
     from pidesk.config import HostConfig
 
@@ -288,6 +304,12 @@ def chat(project: Path | None, session_id: str | None, data_dir: Path | None, ur
             await insist_on_model(target, model, None if url and token else config.data_dir)
             say_ignored(target.url, max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
             await run_chat(RemoteLink(target.url, target.token), where, session_id)
+            return
+        if not embedded_only():  # a host of its own, in the background: other commands reach it meanwhile
+            started = await asyncio.to_thread(start_host, config, model=model, max_retries=max_retries,
+                                              no_sandbox=no_sandbox, context_limit=context_limit)
+            await insist_on_model(started, model, config.data_dir)  # (another command's host may have won)
+            await run_chat(RemoteLink(started.url, started.token), where, session_id)
             return
         async with embedded(config) as host:
             await run_chat(EmbeddedLink(host), where, session_id)

@@ -7,6 +7,7 @@ running host would ignore — it refuses before it creates anything: no session,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from pathlib import Path
@@ -14,7 +15,15 @@ from typing import Any
 
 import click
 
-from pidesk.cli.connect import embedded, insist_on_model, running_host, say_ignored
+from pidesk.cli.connect import (
+    embedded,
+    embedded_only,
+    host_info,
+    insist_on_model,
+    running_host,
+    say_ignored,
+    start_host,
+)
 from pidesk.cli.link import EmbeddedLink, RemoteLink
 from pidesk.cli.say import compaction_line, sandbox_line
 from pidesk.config import HostConfig
@@ -37,6 +46,11 @@ async def run_unattended(config: HostConfig, project: Path, prompt: str, mode: s
         await insist_on_model(remote, model, config.data_dir)
         say_ignored(remote.url, max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
         return await _run(RemoteLink(remote.url, remote.token), project, prompt, permission_mode, as_json)
+    if not embedded_only():  # a host of its own, in the background (issue 31): other commands reach it meanwhile
+        started = await asyncio.to_thread(start_host, config, model=model, max_retries=max_retries,
+                                          no_sandbox=no_sandbox, context_limit=context_limit)
+        await insist_on_model(started, model, config.data_dir)
+        return await _run(RemoteLink(started.url, started.token), project, prompt, permission_mode, as_json)
     async with embedded(config) as host:
         return await _run(EmbeddedLink(host, "run"), project, prompt, permission_mode, as_json)
 
@@ -98,7 +112,7 @@ async def show_status(config: HostConfig, as_json: bool) -> None:
     report: dict[str, Any] = {"dataDir": str(config.data_dir)}
     remote = running_host(config.data_dir)
     if remote is not None:
-        report["host"] = {"url": remote.url, "pid": remote.pid}
+        report["host"] = {"url": remote.url, "pid": remote.pid, **host_info(config.data_dir)}
         report.update(await remote.call("host.status"))
         report["sandbox"] = (await remote.call("host.hello", {"protocolVersion": 1})).get("sandbox")
     else:
@@ -116,7 +130,11 @@ async def show_status(config: HostConfig, as_json: bool) -> None:
         return
     click.echo(f"data dir: {report['dataDir']}")
     if remote is not None:
-        click.echo(f"host: serving at {remote.url} (pid {remote.pid})")
+        since = f" since {report['host']['startedAt'][:19].replace('T', ' ')} UTC" if report["host"].get("startedAt") else ""
+        idle = report["host"].get("idleExit")
+        lifetime = (f"; started on demand, it exits after {idle / 60:g} min with nothing to do" if idle
+                    else "")
+        click.echo(f"host: serving at {remote.url} (pid {remote.pid}){since}{lifetime} · pidesk stop stops it")
     else:
         click.echo("host: not running (the data dir was opened here)")
     click.echo(f"sessions: {report['sessions']}")

@@ -305,9 +305,22 @@ class Host:
             await self.queue.unhold(session_id)
         return {}
 
+    def client_opened(self, client_id: str) -> None:
+        """A WebSocket client connected (it keeps a host started on demand alive: ``idle``)."""
+        self.parts.live.clients.add(client_id)
+
     def client_closed(self, client_id: str) -> None:
         """A connection went away: it no longer makes any session visible."""
         self.parts.live.focus.pop(client_id, None)
+        self.parts.live.clients.discard(client_id)
+
+    def idle(self) -> bool:
+        """Nothing for this host to do or keep: no client connected, no turn or compaction running, and
+        no enabled schedule to fire (a host started on demand exits once it has been idle a while)."""
+        live = self.parts.live
+        if live.clients or live.turns or live.compacting:
+            return False
+        return not any(s.enabled for s in self.schedules.all())
 
     # ---- markdown.render (a pidesk addition: see docs/protocol-notes.md) ----------------
 

@@ -53,6 +53,7 @@ class Live:
     focus: dict[str, str] = field(default_factory=dict)  # client id -> focused session id
     held_queues: set[str] = field(default_factory=set)  # sessions whose restored queue waits for a client
     compacting: set[str] = field(default_factory=set)  # sessions a session.compact is summarising (busy)
+    clients: set[str] = field(default_factory=set)  # the WebSocket clients connected now
 
     def owns(self, session_id: str, turn_id: str) -> LiveTurn | None:
         """The live turn ``turn_id`` if it still owns its session and is not finalizing."""

@@ -71,6 +71,7 @@ def create_app(host: Host, token: str, port: Callable[[], int], extra_hosts: tup
     async def rpc_ws(websocket: WebSocket) -> None:
         await websocket.accept()
         client_id = new_id("c")
+        host.client_opened(client_id)
         subscription = host.subscribe().bound(limits.max_behind_events, limits.max_behind_bytes)
         send_lock = asyncio.Lock()
         requests: set[asyncio.Task[None]] = set()

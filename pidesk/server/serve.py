@@ -35,6 +35,7 @@ from pidesk.config import HostConfig
 from pidesk.core.errors import StartupRefused
 from pidesk.core.events import TurnEnded
 from pidesk.host import Host
+from pidesk.ids import now_iso
 from pidesk.providers.base import Provider
 from pidesk.server.app import create_app
 from pidesk.server.protocol import DoorLimits, ListeningSocket, protocols
@@ -44,6 +45,7 @@ from pidesk.store.lock import DataDirLock
 from pidesk.tools.children import use_pidfd_watcher
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+IDLE_CHECK_S = 5.0  # how often a host started on demand looks whether it has anything to do
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class ServeOptions:
     new_token: bool = False  # replace the kept token with a fresh one
     allow_remote: bool = False
     limits: DoorLimits = DoorLimits()
+    idle_exit: float | None = None  # exit once idle (``Host.idle``) this many seconds: a host started on demand
 
 
 async def serve(config: HostConfig, provider: Provider, options: ServeOptions,
@@ -103,7 +106,8 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
         shown = "[::1]" if options.bind == "::1" else "127.0.0.1" if options.bind in LOOPBACK else options.bind
         url = f"http://{shown}:{port}"
         serving.write_host_json(config.data_dir, {"url": url, "port": port, "token": token, "pid": os.getpid(),
-                                                  "protocolVersion": PROTOCOL_VERSION})
+                                                  "protocolVersion": PROTOCOL_VERSION, "startedAt": now_iso(),
+                                                  "idleExit": options.idle_exit})
         _freeze_start_up()
         announce(url, token)
         warming = _warm_up(host)
@@ -112,11 +116,15 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
                                       else _freeze_start_up())
         host.start_scheduler()
         failures = asyncio.create_task(_log_failed_turns(host, sys.stderr), name="serve: failed turns")
+        idler = (asyncio.create_task(_exit_when_idle(host, server, options.idle_exit), name="serve: idle exit")
+                 if options.idle_exit is not None else None)
         await host.start_plugins("background")  # MCP servers start while the host serves; close() stops them
         await server.main_loop()
         if warming is not None:
             warming.cancel()
         failures.cancel()
+        if idler is not None:
+            idler.cancel()
     finally:
         host_json.unlink(missing_ok=True)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
@@ -199,6 +207,23 @@ def _raise_fd_limit() -> None:
     target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
     if soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+async def _exit_when_idle(host: Host, server: uvicorn.Server, after: float) -> None:
+    """A host started on demand: exit (as on SIGTERM) once it has had nothing to do for ``after`` seconds —
+    no client connected, no turn running, no schedule to fire (``Host.idle``)."""
+    loop = asyncio.get_running_loop()
+    since: float | None = None
+    while not server.should_exit:
+        await asyncio.sleep(min(after, IDLE_CHECK_S))
+        if not host.idle():
+            since = None
+            continue
+        since = loop.time() if since is None else since
+        if loop.time() - since >= after:
+            sys.stderr.write(f"pidesk: nothing to do for {after:g} s: the host started on demand exits\n")
+            sys.stderr.flush()
+            server.should_exit = True
 
 
 def _request_exit(server: uvicorn.Server) -> None:

@@ -33,10 +33,10 @@ OSC = re.compile(r"\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
 class Terminal:
     """``pidesk chat`` on a pseudo-terminal: keys in, and both the byte stream and the screen it draws out."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
-                                     env={**os.environ, "COLUMNS": "120", "TERM": "xterm"})
+                                     env={**(env or os.environ), "COLUMNS": "120", "TERM": "xterm"})
         os.close(slave)
         self.seen = ""
         self.raw = ""
