@@ -97,7 +97,7 @@ def start_host(config: HostConfig, *, model: str | None = None, max_retries: int
 
     make_provider(model or config.model, config.secrets, settings=config.model_settings(model))  # (raises)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    argv = [sys.executable, "-m", "pidesk", "serve", "--data-dir", str(config.data_dir), "--no-open",
+    argv = [sys.executable, "-m", "pidesk", "serve", "--data-dir", str(config.data_dir), "--no-open", "--log-safe",
             "--idle-exit", f"{ON_DEMAND_IDLE_S:g}"]
     argv += ["--model", model] if model else []
     argv += ["--max-retries", str(max_retries)] if max_retries is not None else []

@@ -143,12 +143,15 @@ def stop(data_dir: Path | None) -> None:
 @click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
 @click.option("--no-sandbox", is_flag=True, help=_NO_SANDBOX_HELP)
 @_context_limit_option()
+@click.option("--log-safe", is_flag=True, help="Announce the URL without its token (output going to a log: the "
+              "token is in <data-dir>/token and host.json, readable only by you).")
 @click.option("--idle-exit", type=click.FloatRange(min=0.1), default=None, metavar="SECONDS",
               help="Exit once nothing has happened for SECONDS: no client connected, no turn running, no "
                    "schedule enabled (a host clients start on demand uses 600). Default: run until stopped.")
 def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, token: str | None, new_token: bool,
           model: str | None, approval_timeout: float | None, allow_remote: bool, no_open: bool,
-          max_retries: int | None, no_sandbox: bool, context_limit: int | None, idle_exit: float | None) -> None:
+          max_retries: int | None, no_sandbox: bool, context_limit: int | None, log_safe: bool,
+          idle_exit: float | None) -> None:
     """Run the host: JSON-RPC on /rpc, the web UI on /, until SIGTERM or Ctrl+C."""
     import asyncio
 
@@ -164,6 +167,9 @@ def serve(project: Path | None, data_dir: Path | None, bind: str, port: int, tok
                    "this machine's agents", err=True)
 
     def announce(url: str, secret: str) -> None:
+        if log_safe:  # (a log must never hold the token)
+            click.echo(f"pidesk serving at {url} (its token: {config.data_dir / 'token'})")
+            return
         page = f"{url}/?token={secret}"
         if project is not None:
             page += f"&project={project.resolve()}"

@@ -80,6 +80,9 @@ def test_with_no_host_every_command_works_at_once_and_stop_stops_the_one_they_sh
         assert stopped.startswith("stopped the host at http://127.0.0.1:") and f"(pid {pid})" in stopped
         assert host_pid(data_dir) is None
         assert "host: not running" in ok("status", data_dir=data_dir).stdout
+        token = (data_dir / "token").read_text().strip()
+        log = (data_dir / "host.log").read_text()
+        assert "pidesk serving at http://127.0.0.1:" in log and token not in log  # no secret in a log
         assert ok("stop", data_dir=data_dir).stdout.startswith("no host is running for")
 
 
