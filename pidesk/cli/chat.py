@@ -83,6 +83,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.text import Text
 
+from pidesk.cli.link import HostAway
 from pidesk.cli.say import compaction_line, sandbox_line, window_line
 from pidesk.core.errors import PideskError
 
@@ -154,6 +155,7 @@ class Chat:
         self.buffer = ""
         self.turn_id: str | None = session.get("currentTurnId")
         self.done = asyncio.Event()
+        self.away = False  # the host went away and the link is reconnecting (issue 31 §2)
         self.keys: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
         self.epoch = 0
         self.tty_fd: int | None = None
@@ -172,7 +174,8 @@ class Chat:
         decision = self.decision
         if decision is not None:
             return fit(decision_line(decision), decision.text, room)
-        state = "running" if self.turn_id else "compacting" if self.compacting is not None else "idle"
+        state = ("reconnecting" if self.away else "running" if self.turn_id
+                 else "compacting" if self.compacting is not None else "idle")
         waiting = ""
         if self.plan is not None:
             waiting = f" · {self.plan['kind']} waiting: /pending"
@@ -251,8 +254,36 @@ class Chat:
 
     async def follow(self) -> None:
         async for event in self.link.events():
-            if event_session(event) == self.session["id"]:
+            if event["type"].startswith("link."):
+                await self.on_link(event)
+            elif event_session(event) == self.session["id"]:
                 await self.on_event(event)
+
+    async def on_link(self, event: dict[str, Any]) -> None:
+        """The host went away and came back (or did not): say so, and show again what is true now."""
+        kind = event["type"]
+        if kind == "link.lost":
+            self.away = True
+            self.say("[host stopped — reconnecting…]", "yellow")
+        elif kind == "link.restored":
+            self.away = False
+            try:
+                self.session = (await self.link.call("session.get", {"sessionId": self.session["id"],
+                                                                     "limit": 1}))["session"]
+                await self.link.call("session.focus", {"sessionId": self.session["id"]})
+            except PideskError as exc:
+                self.say(f"[reconnected, but the session is gone: {exc.message}]", "red")
+                self.done.set()
+                return
+            self.turn_id = self.session.get("currentTurnId")
+            self.streamed = ""
+            self.say("[reconnected]", "dim")
+            await self.show_pending(quiet=True)  # a plan or permission prompt still waiting is asked again
+        elif kind == "link.failed":
+            self.say(f"[the host is gone: {event.get('reason')}. Start it again (pidesk serve, or any pidesk "
+                     "command) and run pidesk chat --session " + self.session["id"] + "]", "red")
+            self.done.set()
+        self.redraw()
 
     async def on_event(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -625,6 +656,10 @@ class Chat:
             else:
                 started = await self.link.call("agent.prompt", {"sessionId": sid, "text": text})
                 self.turn_id = started["turnId"]
+        except HostAway:
+            if not is_command(text):
+                self.buffer = text  # kept: Enter sends it once the host is back
+            self.say("[not sent: the host is away, reconnecting — your text is kept]", "yellow")
         except PideskError as exc:
             self.say(f"{exc.code}: {exc.message}", "red")
         self.redraw()

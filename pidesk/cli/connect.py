@@ -104,6 +104,7 @@ def start_host(config: HostConfig, *, model: str | None = None, max_retries: int
     argv += ["--no-sandbox"] if no_sandbox else []
     argv += ["--context-limit", str(context_limit)] if context_limit is not None else []
     log_path = config.data_dir / HOST_LOG
+    said = log_path.stat().st_size if log_path.exists() else 0  # what earlier hosts logged: not ours to relay
     with open(log_path, "ab", opener=lambda path, flags: os.open(path, flags, 0o600)) as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                                 close_fds=True, cwd=config.data_dir)
@@ -115,6 +116,9 @@ def start_host(config: HostConfig, *, model: str | None = None, max_retries: int
             click.secho(f"pidesk: {'started a host' if mine else 'another command started the host'} for "
                         f"{config.data_dir} at {remote.url} (it exits after {ON_DEMAND_IDLE_S / 60:g} min with "
                         "nothing to do; pidesk stop stops it)", err=True, dim=True)
+            if mine:
+                _relay(log_path, said)
+                _plugins_settled(remote, deadline + PLUGINS_WAIT_S)
             return remote
         if proc.poll() is not None and time.monotonic() > deadline - START_TIMEOUT_S + 5:
             break  # ours gave up, and no other has served for 5 s: say why ours did
@@ -153,6 +157,36 @@ def _alive_child(pid: int) -> bool:
     except ChildProcessError:  # not ours: it runs as long as it exists
         return True
     return done == 0
+
+
+PLUGINS_WAIT_S = 30.0  # beyond the start: how long the first command waits for MCP servers to be ready
+
+
+def _relay(log_path: Path, offset: int) -> None:
+    """What the new host said at start beyond its URL (a config file's broken plugin table), on stderr:
+    a command that starts a host must not hide what an embedded one would have shown."""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(offset)
+            text = log.read(64 * 1024).decode(errors="replace")
+    except OSError:
+        return
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("pidesk serving at "):
+            click.echo(line, err=True)
+
+
+def _plugins_settled(remote: Remote, deadline: float) -> None:
+    """Wait (bounded) until no MCP server of the new host is still starting: the command's first turn sees
+    their tools, as an embedded host's first turn does."""
+    while time.monotonic() < deadline:
+        try:
+            plugins = remote._post("plugins.list", {}).get("plugins", [])
+        except PideskError:
+            return
+        if not any(p.get("state") == "starting" for p in plugins):
+            return
+        time.sleep(0.1)
 
 
 def _healthy(url: str) -> bool:

@@ -309,13 +309,14 @@ def chat(project: Path | None, session_id: str | None, data_dir: Path | None, ur
         if target is not None:
             await insist_on_model(target, model, None if url and token else config.data_dir)
             say_ignored(target.url, max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
-            await run_chat(RemoteLink(target.url, target.token), where, session_id)
+            await run_chat(RemoteLink(target.url, target.token, None if url and token else config.data_dir),
+                           where, session_id)
             return
         if not embedded_only():  # a host of its own, in the background: other commands reach it meanwhile
             started = await asyncio.to_thread(start_host, config, model=model, max_retries=max_retries,
                                               no_sandbox=no_sandbox, context_limit=context_limit)
             await insist_on_model(started, model, config.data_dir)  # (another command's host may have won)
-            await run_chat(RemoteLink(started.url, started.token), where, session_id)
+            await run_chat(RemoteLink(started.url, started.token, config.data_dir), where, session_id)
             return
         async with embedded(config) as host:
             await run_chat(EmbeddedLink(host), where, session_id)

@@ -45,12 +45,14 @@ async def run_unattended(config: HostConfig, project: Path, prompt: str, mode: s
     if remote is not None:
         await insist_on_model(remote, model, config.data_dir)
         say_ignored(remote.url, max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
-        return await _run(RemoteLink(remote.url, remote.token), project, prompt, permission_mode, as_json)
+        return await _run(RemoteLink(remote.url, remote.token, config.data_dir), project, prompt, permission_mode,
+                          as_json)
     if not embedded_only():  # a host of its own, in the background (issue 31): other commands reach it meanwhile
         started = await asyncio.to_thread(start_host, config, model=model, max_retries=max_retries,
                                           no_sandbox=no_sandbox, context_limit=context_limit)
         await insist_on_model(started, model, config.data_dir)
-        return await _run(RemoteLink(started.url, started.token), project, prompt, permission_mode, as_json)
+        return await _run(RemoteLink(started.url, started.token, config.data_dir), project, prompt, permission_mode,
+                          as_json)
     async with embedded(config) as host:
         return await _run(EmbeddedLink(host, "run"), project, prompt, permission_mode, as_json)
 
@@ -69,6 +71,11 @@ async def _run(link: Any, project: Path, prompt: str, permission_mode: str, as_j
         async for event in events:
             if event.get("sessionId") not in (None, session["id"]):
                 continue
+            if event["type"].startswith("link."):  # the host went away (issue 31 §2)
+                ended = await _after_link(link, event, session["id"], started["turnId"])
+                if ended is None:
+                    continue
+                event = ended
             if as_json:
                 if event["type"] == "turn.ended" and event["turnId"] == started["turnId"]:
                     event = {**event, "usage": await _turn_usage(link, session["id"], started["turnId"])}
@@ -82,6 +89,22 @@ async def _run(link: Any, project: Path, prompt: str, permission_mode: str, as_j
                            + (f": {event['errorMessage']}" if event.get("errorMessage") else ""), err=True)
                 return 1
     return 1
+
+
+async def _after_link(link: Any, event: dict[str, Any], session_id: str, turn_id: str) -> dict[str, Any] | None:
+    """The run's turn's end when the host came back and it had ended meanwhile (a restart interrupts it), as
+    the turn.ended event it missed; None while it still runs or the link is reconnecting."""
+    if event["type"] == "link.lost":
+        click.secho("pidesk: the host stopped — reconnecting…", err=True, dim=True)
+        return None
+    if event["type"] == "link.failed":
+        raise PideskError(f"the host went away and did not come back: {event.get('reason')}")
+    turns = (await link.call("session.turns", {"sessionId": session_id}))["turns"]
+    turn = next((t for t in turns if t["id"] == turn_id), None)
+    if turn is None or turn["state"] != "ended":
+        return None
+    return {"type": "turn.ended", "sessionId": session_id, "turnId": turn_id, "reason": turn["reason"],
+            "errorCode": turn.get("errorCode"), "errorMessage": turn.get("errorMessage")}
 
 
 async def _turn_usage(link: Any, session_id: str, turn_id: str) -> dict[str, int] | None:

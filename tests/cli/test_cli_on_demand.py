@@ -126,3 +126,68 @@ async def test_a_host_is_idle_only_with_no_client_no_turn_and_no_enabled_schedul
     assert not host.idle()
     await host.call("schedules.delete", {"scheduleId": created["id"]})
     assert host.idle()
+
+
+def test_a_chat_survives_its_host_being_killed_and_restarted(project, data_dir, tmp_path):
+    """Issue 31 §2: a chat attached to a host that was killed died with a websockets traceback and lost the
+    line being typed. Now it says "host stopped — reconnecting…", keeps a line sent meanwhile, reconnects
+    to the restarted host (its host.json), and answers the next prompt; no traceback ever shows."""
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps({"responses": [{"text": "the first answer"}, {"text": "the answer after"}]}))
+
+    def serve() -> subprocess.Popen[str]:
+        server = subprocess.Popen([sys.executable, "-m", "pidesk", "serve", "--no-open", "--data-dir", str(data_dir),
+                                   "--model", f"scripted/{script}"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, env=ON_DEMAND)
+        assert server.stdout is not None and server.stdout.readline().startswith("pidesk serving at ")
+        return server
+
+    server = serve()
+    try:
+        chat = Terminal([sys.executable, "-m", "pidesk", "chat", str(project), "--data-dir", str(data_dir)],
+                        env=ON_DEMAND)
+        chat.expect_status("agent · ")
+        chat.type("hello\r")
+        chat.expect("[turn completed]")
+        server.kill()  # as a crash, or an OOM kill, would
+        server.wait(timeout=10)
+        chat.expect("[host stopped — reconnecting…]")
+        chat.type("are you back?\r")
+        chat.expect("[not sent: the host is away, reconnecting — your text is kept]")
+        server = serve()
+        chat.expect("[reconnected]")
+        chat.expect_status("agent · ask · idle › are you back?")  # the kept line, ready to send
+        chat.type("\r")
+        chat.expect("[turn completed]")
+        chat.type("\x04")
+        assert chat.close() == 0
+        assert "Traceback" not in chat.raw
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_a_host_started_on_demand_has_its_plugins_ready_and_its_config_warnings_shown(project, data_dir, tmp_path):
+    """A command that starts a host must not do worse than one that embedded it: the run's first turn sees
+    the MCP server's tools (the command waits for them to start), and a broken plugin table in the config
+    file is named on the command's stderr, not only in host.log."""
+    from tests.plugins.test_plugins_everywhere import DEMO, toml_list
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[plugins.mcp.demo]\ncommand = {toml_list([sys.executable, DEMO])}\nrisk = "low"\n'
+                      '[plugins.mcp.broken]\ncommand = "uvx my-server"\n')
+    marker = tmp_path / "marker.txt"
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps({"responses": [
+        {"toolCalls": [{"name": "mcp__demo__write_marker", "args": {"path": str(marker)}}]}, {"text": "Done."}]}))
+    env = ON_DEMAND | {"PIDESK_CONFIG": str(config), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    with stopped_at_the_end(data_dir):
+        done = subprocess.run([sys.executable, "-m", "pidesk", "run", str(project), "mark it", "--model",
+                               f"scripted/{script}", "--json", "--data-dir", str(data_dir)],
+                              capture_output=True, text=True, timeout=90, env=env)
+        assert done.returncode == 0, done.stderr
+        finished = [json.loads(line) for line in done.stdout.splitlines() if '"tool.finished"' in line]
+        assert [(e["name"], e["ok"]) for e in finished] == [("mcp__demo__write_marker", True)]
+        assert marker.read_text() == "marker\n"
+        assert "pidesk: started a host for" in done.stderr
+        assert "[plugins.mcp.broken]: command must be a list of strings" in done.stderr

@@ -46,7 +46,8 @@ def cli_env(tmp_path: Path, config: str) -> dict[str, str]:
     path = tmp_path / "config.toml"
     path.write_text(config)
     return {k: v for k, v in os.environ.items() if not k.startswith("PIDESK_")} | {
-        "PIDESK_CONFIG": str(path), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+        "PIDESK_CONFIG": str(path), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+        "PIDESK_EMBEDDED": "1"}  # (each command's host in its own process: tests/conftest.py)
 
 
 def toml_list(argv: list[str]) -> str:

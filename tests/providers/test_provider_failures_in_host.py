@@ -82,7 +82,7 @@ async def _pidesk_run(project: Path, data_dir: Path, url: str, *extra: str,
                       env: dict[str, str] | None = None) -> tuple[int, str]:
     environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(data_dir),
                "XDG_CONFIG_HOME": str(data_dir / "xdg"), "OPENAI_BASE_URL": f"{url}/v1", "OPENAI_API_KEY": KEY,
-               **(env or {})}
+               "PIDESK_EMBEDDED": "1", **(env or {})}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pidesk", "run", str(project), "hi", "--model", "openai/gpt-test",
         "--data-dir", str(data_dir), *extra, env=environ,

@@ -20,7 +20,8 @@ from pidesk.config import HostConfig
 from pidesk.host import Host
 from pidesk.providers.scripted import ScriptedProvider
 
-HOST_JSON_KEYS = {"url", "port", "token", "pid", "protocolVersion"}
+HOST_JSON_KEYS = {"url", "port", "token", "pid", "protocolVersion", "startedAt", "idleExit"}  # (the last two:
+# docs/protocol-notes.md, since when it serves and, started on demand, after how long idle it exits)
 
 
 def run_pidesk(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -52,6 +53,7 @@ def test_serve_announces_its_url_and_describes_itself_in_host_json(spawn):
     assert host_json.stat().st_mode & 0o777 == 0o600
     described = json.loads(host_json.read_text())
     assert set(described) == HOST_JSON_KEYS
+    assert described.pop("startedAt").endswith("Z") and described.pop("idleExit") is None  # (run until stopped)
     assert described == {"url": proc.url, "port": proc.port, "token": proc.token, "pid": proc.popen.pid,
                          "protocolVersion": 1}
     assert asyncio.run(hello(proc.url, proc.token))["result"]["protocolVersion"] == 1
@@ -73,8 +75,10 @@ async def test_host_json_exists_and_the_port_accepts_when_the_url_is_announced(s
     checks = served.ready_checks
     assert checks["accepting_at_announce"] is True
     assert checks["host_json_mode"] == 0o600
-    assert checks["host_json_at_announce"] == {"url": served.url, "port": served.port, "token": served.token,
-                                               "pid": os.getpid(), "protocolVersion": 1}
+    announced = dict(checks["host_json_at_announce"])
+    assert announced.pop("startedAt").endswith("Z") and announced.pop("idleExit") is None
+    assert announced == {"url": served.url, "port": served.port, "token": served.token, "pid": os.getpid(),
+                         "protocolVersion": 1}
 
 
 def test_a_second_host_on_the_same_data_dir_refuses_to_start(spawn):
