@@ -28,6 +28,26 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["PIDESK_EMBEDDED"] = "1"
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No host a test started on demand may outlive the run (it would linger ten minutes): any left is
+    stopped here, and the run fails naming it — a test that starts one must stop it."""
+    import signal
+    import subprocess
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    base = str(factory.getbasetemp())  # this run's own: a run beside it keeps its hosts
+    listed = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=False).stdout
+    ours = [line.split(None, 1) for line in listed.splitlines()
+            if "pidesk serve" in line and "--idle-exit" in line and f"--data-dir {base}/" in line]
+    for pid, args in ours:
+        os.kill(int(pid), signal.SIGTERM)
+        print(f"\na host started on demand outlived its test, stopped now: {args}")
+    if ours:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     if sandbox_usable():
         return "pidesk sandbox: bubblewrap (Bash runs sandboxed)"

@@ -995,3 +995,13 @@ async def run_chat(link: Any, project: str | None, session_id: str | None) -> No
             follower.cancel()
             await chat.stop_compacting()
             console.print()
+            if session_id is None:
+                await _drop_if_unused(link, session["id"])
+
+
+async def _drop_if_unused(link: Any, session_id: str) -> None:
+    """A session this chat made and never sent a prompt to (issue 31 §3) is not left behind in the list."""
+    with contextlib.suppress(PideskError):
+        got = await link.call("session.get", {"sessionId": session_id, "limit": 1})
+        if not got["messages"] and not got["queue"] and got["session"]["status"] == "idle":
+            await link.call("session.delete", {"sessionId": session_id})

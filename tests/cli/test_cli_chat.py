@@ -437,3 +437,13 @@ def test_chat_without_a_project_says_it_works_in_a_scratch_folder(data_dir):
     term.expect_status("agent · ")  # the terminal is the chat's now: a key reaches it
     term.type("\x04")
     assert term.close() == 0
+
+
+def test_a_chat_that_sends_nothing_leaves_no_session_behind(project, data_dir):
+    """Issue 31 §3: opening `pidesk chat` and quitting left an empty session in every list (one that was
+    sent a prompt stays: the other chat tests list theirs after quitting)."""
+    term = chat(project, data_dir, "demo")
+    term.expect_status("agent · ")
+    term.type("\x04")
+    assert term.close() == 0
+    assert cli_json(data_dir, "sessions", "list") == []

@@ -208,7 +208,7 @@ def test_a_running_host_keeps_its_window_and_plans_approve_takes_a_context(proje
         term.expect(" / 6,000 tokens (")
         term.type("\x04")
         assert term.close() == 0
-        ok("sessions", "delete", only_session(data_dir), data_dir=data_dir)
+        assert json.loads(ok("sessions", "list", "--json", data_dir=data_dir)) == []  # (unused: not left behind)
 
         session = json.loads(ok("sessions", "new", str(project), "--mode", "plan", "--json", data_dir=data_dir))
         with watching(data_dir) as ws:
