@@ -147,6 +147,9 @@ class Decision:
     text: str = ""  # … typed here (the prompt being written stays in Chat.buffer)
 
 
+HISTORY = 20  # messages a resumed chat shows first
+
+
 class Chat:
     def __init__(self, link: Any, session: dict[str, Any], console: Console) -> None:
         self.link = link
@@ -249,6 +252,32 @@ class Chat:
             return
         self.compactions.add(message_id)
         self.say(compaction_line(compaction), "dim")
+
+    async def show_history(self, limit: int = HISTORY) -> None:
+        """A resumed session's last ``limit`` messages (issue 31 §3), as they were shown live: prompts, answers,
+        each tool call's outcome on one line, compactions."""
+        got = await self.link.call("session.get", {"sessionId": self.session["id"], "limit": limit})
+        if got["hasMore"]:
+            self.say(f"── the last {len(got['messages'])} messages (pidesk sessions show "
+                     f"{self.session['id']} --limit N for more) ──", "dim")
+        for message in got["messages"]:
+            content = message["content"]
+            if message["role"] == "assistant":
+                self.show_message(content)
+                for block in content:
+                    if block.get("type") == "toolCall":
+                        self.say(f"▸ {block['name']} {json.dumps(block['args'])[:100]}", "dim")
+            elif message["role"] == "tool":
+                for block in content:
+                    if block.get("type") == "toolResult":
+                        mark = "✓" if block["ok"] else f"✗ {block.get('errorCode') or 'failed'}"
+                        self.say(f"  {mark} {block['name']}", "green" if block["ok"] else "red")
+            elif content and content[0].get("type") == "compaction":
+                self.show_compaction(message["id"], content[0])
+            else:
+                text = " ".join(b["text"] for b in content if b.get("type") == "text").strip()
+                if text:
+                    self.say(f"› {text}", "bold cyan")
 
     # ---- events ---------------------------------------------------------------------
 
@@ -966,9 +995,13 @@ def raw_terminal() -> Iterator[int | None]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-async def run_chat(link: Any, project: str | None, session_id: str | None) -> None:
+async def run_chat(link: Any, project: str | None, session_id: str | None, latest: bool = False) -> None:
+    """``latest`` (``--continue``): resume the project's newest session, if it has one."""
     console = Console(highlight=False)
     async with link:
+        if latest and session_id is None:
+            newest = (await link.call("session.list", {"limit": 1} | ({"projectPath": project} if project else {})))
+            session_id = newest["sessions"][0]["id"] if newest["sessions"] else None
         if session_id is not None:
             session = (await link.call("session.get", {"sessionId": session_id, "limit": 1}))["session"]
         else:
@@ -983,6 +1016,8 @@ async def run_chat(link: Any, project: str | None, session_id: str | None) -> No
                       "/quit", style="dim")
         await chat.show_sandbox()
         await chat.show_context()
+        if session_id is not None:
+            await chat.show_history()
         follower = asyncio.create_task(chat.follow())
         try:
             with raw_terminal() as fd:  # before the first prompt is drawn, so no key meets a cooked terminal

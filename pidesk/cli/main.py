@@ -282,6 +282,8 @@ def _say_lost(lost: dict[str, int]) -> None:
 @main.command()
 @click.argument("project", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--session", "session_id", default=None, help="Continue this session instead of creating one.")
+@click.option("--continue", "latest", is_flag=True, help="Continue the project's newest session (a new one if it has "
+              "none); its recent history is shown first.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--url", default=None)
 @click.option("--token", default=None)
@@ -289,7 +291,7 @@ def _say_lost(lost: dict[str, int]) -> None:
 @click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
 @click.option("--no-sandbox", is_flag=True, help=_NO_SANDBOX_HELP)
 @_context_limit_option(_ATTACHED)
-def chat(project: Path | None, session_id: str | None, data_dir: Path | None, url: str | None,
+def chat(project: Path | None, session_id: str | None, latest: bool, data_dir: Path | None, url: str | None,
          token: str | None, model: str | None, max_retries: int | None, no_sandbox: bool,
          context_limit: int | None) -> None:
     """Chat with an agent in PROJECT (a running host, else an embedded one)."""
@@ -310,15 +312,15 @@ def chat(project: Path | None, session_id: str | None, data_dir: Path | None, ur
             await insist_on_model(target, model, None if url and token else config.data_dir)
             say_ignored(target.url, max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
             await run_chat(RemoteLink(target.url, target.token, None if url and token else config.data_dir),
-                           where, session_id)
+                           where, session_id, latest)
             return
         if not embedded_only():  # a host of its own, in the background: other commands reach it meanwhile
             started = await asyncio.to_thread(start_host, config, model=model, max_retries=max_retries,
                                               no_sandbox=no_sandbox, context_limit=context_limit)
             await insist_on_model(started, model, config.data_dir)  # (another command's host may have won)
-            await run_chat(RemoteLink(started.url, started.token, config.data_dir), where, session_id)
+            await run_chat(RemoteLink(started.url, started.token, config.data_dir), where, session_id, latest)
             return
         async with embedded(config) as host:
-            await run_chat(EmbeddedLink(host), where, session_id)
+            await run_chat(EmbeddedLink(host), where, session_id, latest)
 
     asyncio.run(go())

@@ -447,3 +447,31 @@ def test_a_chat_that_sends_nothing_leaves_no_session_behind(project, data_dir):
     term.type("\x04")
     assert term.close() == 0
     assert cli_json(data_dir, "sessions", "list") == []
+
+
+def test_continue_resumes_the_projects_newest_session_showing_its_history_first(project, data_dir, tmp_path):
+    """Issue 31 §3: `pidesk chat --session ID` showed an empty screen, so a person could not tell where they
+    were; `--continue` did not exist. Now both resume with the recent history shown first."""
+    model = scripted(tmp_path, {"text": "The answer to the first question."},
+                     {"toolCalls": [{"name": "Read", "args": {"path": "README.md"}}]}, {"text": "Read it."})
+    term = chat(project, data_dir, model)
+    term.expect_status("agent · ")
+    term.type("the first question\r")
+    term.expect("[turn completed]")
+    term.type("read the readme\r")
+    term.expect("[turn completed]")
+    term.type("\x04")
+    assert term.close() == 0
+    [session] = cli_json(data_dir, "sessions", "list")
+
+    again = Terminal([sys.executable, "-m", "pidesk", "chat", str(project), "--continue", "--data-dir",
+                      str(data_dir), "--model", model])
+    again.expect("› the first question")
+    again.expect("The answer to the first question.")
+    again.expect("▸ Read")
+    again.expect("✓ Read")
+    again.expect("Read it.")
+    again.expect_status("agent · ")
+    again.type("\x04")
+    assert again.close() == 0
+    assert [s["id"] for s in cli_json(data_dir, "sessions", "list")] == [session["id"]]
