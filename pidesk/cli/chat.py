@@ -609,6 +609,9 @@ class Chat:
             await self.link.call("permissions.resolve", params)
         except PideskError as exc:
             self.say(f"{exc.code}: {exc.message}", "red")
+        else:  # the answer stays on screen (issue 31 §3): the prompt itself is gone
+            answered = {"y": "allowed once", "s": "allowed for this session", "n": "denied"}[key]
+            self.say(f"[{request['tool']}: {answered}]", "green" if key != "n" else "red")
         self.redraw()
 
     # ---- input ----------------------------------------------------------------------

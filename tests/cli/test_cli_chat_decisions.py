@@ -108,5 +108,6 @@ async def test_an_escalation_is_said_apart_with_its_reason_and_answered_like_any
         os.write(rig.master, b"y")
         await rig.screen.expect("allow once? Enter confirms")
         os.write(rig.master, b"\r")
+        await rig.screen.expect("[Bash: allowed once]")  # the answer stays on screen (issue 31 §3)
         await rig.screen.expect("[turn completed]")
         assert (project / "ran.txt").read_text() == "escalated\n"
