@@ -84,7 +84,7 @@ from rich.markdown import Markdown
 from rich.text import Text
 
 from pidesk.cli.link import HostAway
-from pidesk.cli.say import compaction_line, sandbox_line, window_line
+from pidesk.cli.say import compaction_line, sandbox_line, tool_line, window_line
 from pidesk.core.errors import PideskError
 
 MODES = ("agent", "plan", "goal")
@@ -266,7 +266,7 @@ class Chat:
                 self.show_message(content)
                 for block in content:
                     if block.get("type") == "toolCall":
-                        self.say(f"▸ {block['name']} {json.dumps(block['args'])[:100]}", "dim")
+                        self.say(tool_line(block["name"], block["args"]), "dim")
             elif message["role"] == "tool":
                 for block in content:
                     if block.get("type") == "toolResult":
@@ -339,7 +339,7 @@ class Chat:
         elif kind == "context.compacted":
             self.show_compaction(event["messageId"], event)
         elif kind == "tool.started":
-            self.say(f"▸ {event['name']} {json.dumps(event['args'])[:100]}", "dim")
+            self.say(tool_line(event["name"], event["args"]), "dim")
         elif kind == "tool.finished":
             mark = "✓" if event["ok"] else f"✗ {event.get('errorCode') or 'failed'}"
             self.say(f"  {mark} {event['name']} ({event['durationMs']} ms)", "green" if event["ok"] else "red")

@@ -25,7 +25,7 @@ from pidesk.cli.connect import (
     start_host,
 )
 from pidesk.cli.link import EmbeddedLink, RemoteLink
-from pidesk.cli.say import compaction_line, sandbox_line
+from pidesk.cli.say import compaction_line, sandbox_line, tool_line
 from pidesk.config import HostConfig
 from pidesk.core.errors import Code, Conflict, InvalidParams, PideskError
 
@@ -118,7 +118,7 @@ def _print(event: dict[str, Any]) -> None:
     if kind == "message.delta":
         click.echo(event["text"], nl=False)
     elif kind == "tool.started":
-        click.echo(click.style(f"\n▸ {event['name']} {json.dumps(event['args'])[:120]}", dim=True))
+        click.echo(click.style("\n" + tool_line(event["name"], event["args"], 120), dim=True))
     elif kind == "tool.finished":
         mark = "✓" if event["ok"] else f"✗ {event.get('errorCode') or ''}"
         click.echo(click.style(f"  {mark} {event['name']} ({event['durationMs']} ms)",

@@ -30,3 +30,25 @@ def window_line(window: dict[str, Any]) -> str:
     share = f" ({used / limit:.0%})" if limit else ""
     done = "no compaction yet" if not count else f"{count} compaction{'s' if count != 1 else ''}"
     return f"context: {used:,} / {limit:,} tokens{share} · {done}"
+
+
+def tool_line(name: str, args: dict[str, Any], width: int = 100) -> str:
+    """``▸ Read src/app.py`` — a tool call as a person reads it (issue 31 §3): the argument that says what
+    it does, not its JSON; a tool this does not know (a plugin's) shows its arguments compactly."""
+    def text(key: str) -> str:
+        value = args.get(key)
+        return value if isinstance(value, str) else ""
+
+    first = text("command").splitlines()[0] if text("command") else ""
+    summary = {
+        "Read": text("path"), "Write": f"{text('path')} ({len(text('content').splitlines())} lines)",
+        "Edit": text("path"), "Glob": text("pattern"),
+        "Grep": f"{text('pattern')!r}" + (f" in {text('path')}" if text("path") else ""),
+        "Bash": ("$ " + first + (" …" if "\n" in text("command") else "")) if first else "",
+        "BrowserPreview": text("url"), "Task": text("description"),
+        "SubmitPlan": text("title"), "SubmitGoal": text("title"),
+    }.get(name)
+    if summary is None:
+        summary = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    line = f"▸ {name} {summary}".rstrip()
+    return line if len(line) <= width else line[:width - 1] + "…"

@@ -475,3 +475,16 @@ def test_continue_resumes_the_projects_newest_session_showing_its_history_first(
     again.type("\x04")
     assert again.close() == 0
     assert [s["id"] for s in cli_json(data_dir, "sessions", "list")] == [session["id"]]
+
+
+def test_tool_calls_read_as_one_line_summaries_not_raw_json():
+    """Issue 31 §3: `▸ Write {"path": "NOTES.md", "content": "# Notes\\n\\nWritten by…` became the JSON of the
+    call; each is now the argument that says what it does."""
+    from pidesk.cli.say import tool_line
+
+    assert tool_line("Read", {"path": "src/app.py", "offset": 10}) == "▸ Read src/app.py"
+    assert tool_line("Write", {"path": "NOTES.md", "content": "a\nb\nc\n"}) == "▸ Write NOTES.md (3 lines)"
+    assert tool_line("Bash", {"command": "make test\nmake lint"}) == "▸ Bash $ make test …"
+    assert tool_line("Grep", {"pattern": "def ", "path": "src"}) == "▸ Grep 'def ' in src"
+    assert tool_line("mcp__web__fetch", {"url": "http://x"}) == "▸ mcp__web__fetch url='http://x'"
+    assert len(tool_line("Bash", {"command": "x" * 500})) == 100
