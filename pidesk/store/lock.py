@@ -22,7 +22,7 @@ class DataDirLock:
             os.close(self.fd)
             raise StartupRefused(
                 f"another pidesk host is already serving {data_dir} (it holds {self.path}); "
-                "stop it first, or pass a different --data-dir"
+                "stop it first (pidesk stop), or pass a different --data-dir"
             ) from None
 
     def release(self) -> None:
