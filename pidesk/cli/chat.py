@@ -159,6 +159,7 @@ class Chat:
         self.turn_id: str | None = session.get("currentTurnId")
         self.done = asyncio.Event()
         self.away = False  # the host went away and the link is reconnecting (issue 31 §2)
+        self.echo_turn: str | None = None  # a queued prompt's turn: its prompt is echoed when it runs
         self.keys: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
         self.epoch = 0
         self.tty_fd: int | None = None
@@ -321,6 +322,8 @@ class Chat:
             self.redraw()
         elif kind == "turn.started":
             self.turn_id = event["turnId"]
+            if event.get("origin") == "queued":
+                self.echo_turn = event["turnId"]  # its prompt is shown when it is stored: typed earlier
             if self.decision is not None and self.decision.kind == "undo":
                 self.decision = None  # the host refuses a revert while a turn runs
                 self.say("[undo cancelled: a turn started]", "dim")
@@ -333,13 +336,24 @@ class Chat:
             self.streamed = ""
             self.show_message(event["message"]["content"])
         elif kind == "message.appended":
-            for block in event["message"]["content"]:
+            message = event["message"]
+            if message["role"] == "user" and message.get("turnId") == self.echo_turn:
+                self.echo_turn = None
+                text = " ".join(b["text"] for b in message["content"] if b.get("type") == "text").strip()
+                self.say(f"› {text}   (from the queue)", "bold cyan")
+            for block in message["content"]:
                 if block.get("type") == "compaction":
-                    self.show_compaction(event["message"]["id"], block)
+                    self.show_compaction(message["id"], block)
         elif kind == "context.compacted":
             self.show_compaction(event["messageId"], event)
         elif kind == "tool.started":
             self.say(tool_line(event["name"], event["args"]), "dim")
+            if event["name"] == "ReportCriteria":  # a goal's criteria, ticked as they are reported
+                for result in event["args"].get("results") or []:
+                    if isinstance(result, dict):
+                        mark = {"met": "✓", "unmet": "·", "blocked": "✗"}.get(str(result.get("outcome")), "?")
+                        self.say(f"  {mark} {result.get('criterion')} ({result.get('outcome')})",
+                                 "green" if mark == "✓" else "red" if mark == "✗" else "dim")
         elif kind == "tool.finished":
             mark = "✓" if event["ok"] else f"✗ {event.get('errorCode') or 'failed'}"
             self.say(f"  {mark} {event['name']} ({event['durationMs']} ms)", "green" if event["ok"] else "red")
@@ -349,6 +363,7 @@ class Chat:
         elif kind == "turn.ended":
             self.turn_end(event)
             await self.show_usage(event["turnId"])
+            await self.show_changed(event["turnId"])
         elif kind == "plan.requested":
             await self.show_plan(event["approval"]["id"])
         elif kind == "plan.resolved":
@@ -412,6 +427,18 @@ class Chat:
         self.say(f"[turn {event['reason']}{code}]", "bold")
         if event.get("errorMessage"):  # the cause in words: the provider's status and message, retries spent
             self.say(f"  {event['errorMessage']}", "red")
+
+    async def show_changed(self, turn_id: str) -> None:
+        """``[2 files changed +5 −1 · /diff shows them]`` after a turn that changed files (issue 31 §3)."""
+        try:
+            changes = await self.link.call("session.changes", {"sessionId": self.session["id"], "turnId": turn_id})
+        except PideskError:
+            return  # (a host without checkpoints, or a turn from before them)
+        files = [f for t in changes.get("turns", []) for f in t["files"]]
+        if files:
+            added, removed = sum(f["additions"] for f in files), sum(f["deletions"] for f in files)
+            self.say(f"[{len(files)} file{'s' if len(files) != 1 else ''} changed +{added} −{removed} · "
+                     "/diff shows them, /undo takes them back]", "dim")
 
     async def show_usage(self, turn_id: str) -> None:
         """The turn's tokens, dimmed, with its cache reads and writes apart (issue 30); nothing when none
@@ -865,6 +892,8 @@ def resolved_line(approval: dict[str, Any]) -> str:
             parts.append(approval["permissionMode"])
         if approval.get("context"):  # (a host before issue 30 does not say)
             parts.append(f"context: {approval['context']}")
+    elif approval.get("feedback"):  # the feedback the agent gets, echoed (issue 31 §3)
+        parts.append(f"feedback: {approval['feedback']}")
     return "[" + " · ".join(parts) + "]"
 
 
@@ -1019,12 +1048,12 @@ async def run_chat(link: Any, project: str | None, session_id: str | None, lates
                       "/quit", style="dim")
         await chat.show_sandbox()
         await chat.show_context()
-        if session_id is not None:
-            await chat.show_history()
         follower = asyncio.create_task(chat.follow())
         try:
             with raw_terminal() as fd:  # before the first prompt is drawn, so no key meets a cooked terminal
                 chat.tty_fd = fd
+                if session_id is not None:
+                    await chat.show_history()  # (it draws the prompt line too: the terminal is the chat's by now)
                 chat.redraw()
                 if session_id is not None:
                     await chat.show_pending(quiet=True)

@@ -359,7 +359,7 @@ def test_status_line_follows_the_mode_the_host_sets(project, data_dir):
     term.type("r\r")
     term.expect_status("reject · feedback for the agent")
     term.type("not now\r")
-    term.expect("[plan rejected]")
+    term.expect("[plan rejected · feedback: not now]")
     term.expect("[turn completed]")
     term.expect_status("plan · ask · idle ›")
     term.type("\x1b[Z")

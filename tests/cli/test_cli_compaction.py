@@ -266,3 +266,4 @@ async def test_each_turn_ends_with_its_tokens_cache_reads_and_writes_apart(make_
         await rig.chat.submit("hello")
         await rig.screen.expect("[turn completed]")
         await rig.screen.expect("12,345 in · 400 out · cache 10,000 read · 1,000 written")
+

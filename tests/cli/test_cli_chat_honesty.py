@@ -1,0 +1,48 @@
+"""pidesk chat says what happened (issue 31 §3): what a turn changed, a queued prompt when it runs, a
+rejection's feedback, a goal's criteria as they are reported. The real Chat in-process (chat_rig.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pidesk.providers.scripted import ScriptedProvider
+from tests.cli.chat_rig import chat_rig
+
+
+@pytest.mark.asyncio
+async def test_chat_says_what_a_turn_changed_and_echoes_a_queued_prompt_when_it_runs(make_host, project):
+    """Issue 31 §3: after a turn that changed files, one line says how many and where to look; a prompt typed
+    while a turn ran is shown again when it runs (it was queued silently)."""
+    provider = ScriptedProvider([
+        {"gate": "first", "toolCalls": [{"name": "Write", "args": {"path": "NOTES.md", "content": "a\nb\n"}}]},
+        {"text": "Wrote it."}, {"text": "Second done."}])
+    async with chat_rig(make_host(provider=provider), {"projectPath": str(project), "permissionMode": "auto"}) as rig:
+        await rig.chat.submit("write notes")
+        await provider.wait_reached("first")
+        await rig.chat.submit("and then this")
+        provider.release("first")
+        await rig.screen.expect("[1 file changed +2 −0 · /diff shows them, /undo takes them back]")
+        await rig.screen.expect("› and then this   (from the queue)")
+        await rig.screen.expect("Second done.")
+
+
+def test_a_rejections_feedback_is_echoed():
+    """Issue 31 §3: the feedback a rejection sent the agent is on the line that says it was rejected."""
+    from pidesk.cli.chat import resolved_line
+
+    assert resolved_line({"kind": "plan", "status": "rejected", "feedback": "call it SUMMARY.md"}) == \
+        "[plan rejected · feedback: call it SUMMARY.md]"
+    assert resolved_line({"kind": "plan", "status": "rejected", "feedback": None}) == "[plan rejected]"
+
+
+@pytest.mark.asyncio
+async def test_reported_criteria_are_ticked_on_screen(make_host, project):
+    """Issue 31 §3: a goal's criteria, ticked as the agent reports them."""
+    provider = ScriptedProvider()
+    async with chat_rig(make_host(provider=provider), {"projectPath": str(project)}) as rig:
+        await rig.chat.on_event({"type": "tool.started", "sessionId": rig.session["id"], "turnId": "t_1",
+                                 "toolCallId": "c", "name": "ReportCriteria", "args": {"results": [
+                                     {"criterion": "NOTES.md exists", "outcome": "met", "evidence": "ls"},
+                                     {"criterion": "it lists the files", "outcome": "unmet", "evidence": "no"}]}})
+        await rig.screen.expect("✓ NOTES.md exists (met)")
+        await rig.screen.expect("· it lists the files (unmet)")
