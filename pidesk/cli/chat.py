@@ -127,7 +127,9 @@ Commands: /agent /plan /goal — mode · /ask /accept-edits /auto — permission
           /diff — what the last turn that changed files changed ·
           /undo — revert that turn (asks first; hand edits since then are reverted too) ·
           /context — how full the model's window is, and what the next request includes ·
-          /compact [instructions] — fold the conversation into the model's summary now · /help · /quit
+          /compact [instructions] — fold the conversation into the model's summary now ·
+          /queue — the prompts waiting their turn (held after a restart, too) · /queue clear — drop them ·
+          /help · /quit
 Decisions: press the key, then Enter to confirm (auto asks once more) · Esc leaves it pending ·
            an approval then asks what the execution sees: [k] keep the conversation (Enter),
            [c] compact it into a summary first, [f] fresh: the plan alone"""
@@ -428,6 +430,22 @@ class Chat:
         if event.get("errorMessage"):  # the cause in words: the provider's status and message, retries spent
             self.say(f"  {event['errorMessage']}", "red")
 
+    async def show_queue(self, *, clear: bool = False) -> None:
+        """``/queue``: the prompts waiting for the session (a held queue says so); ``/queue clear`` drops them."""
+        sid = self.session["id"]
+        entries = (await self.link.call("agent.queue.list", {"sessionId": sid}))["entries"]
+        if not entries:
+            self.say("[the queue is empty]", "dim")
+            return
+        if clear:
+            for entry in entries:
+                await self.link.call("agent.queue.remove", {"sessionId": sid, "entryId": entry["id"]})
+            self.say(f"[dropped {len(entries)} queued prompt{'s' if len(entries) != 1 else ''}]", "dim")
+            return
+        for n, entry in enumerate(entries, 1):
+            self.say(f"  {n}. {' '.join(entry['text'].split())[:100]}", "dim")
+        self.say("[/queue clear drops them]", "dim")
+
     async def show_changed(self, turn_id: str) -> None:
         """``[2 files changed +5 −1 · /diff shows them]`` after a turn that changed files (issue 31 §3)."""
         try:
@@ -702,6 +720,8 @@ class Chat:
                 await self.ask_undo()
             elif text == "/context":
                 await self.show_window()
+            elif text in ("/queue", "/queue clear"):
+                await self.show_queue(clear=text.endswith("clear"))
             elif text == "/compact" or text.startswith("/compact "):
                 self.compact(text.removeprefix("/compact").strip())
             elif text == "/help":

@@ -46,3 +46,24 @@ async def test_reported_criteria_are_ticked_on_screen(make_host, project):
                                      {"criterion": "it lists the files", "outcome": "unmet", "evidence": "no"}]}})
         await rig.screen.expect("✓ NOTES.md exists (met)")
         await rig.screen.expect("· it lists the files (unmet)")
+
+
+@pytest.mark.asyncio
+async def test_queue_lists_the_waiting_prompts_and_clear_drops_them(make_host, project):
+    """Issue 31 §3: the prompts typed while a turn runs wait in a queue nobody could see from chat."""
+    provider = ScriptedProvider([{"gate": "busy", "text": "first"}])
+    async with chat_rig(make_host(provider=provider), {"projectPath": str(project)}) as rig:
+        await rig.chat.submit("the first")
+        await provider.wait_reached("busy")
+        await rig.chat.submit("second   prompt")
+        await rig.chat.submit("third")
+        await rig.chat.submit("/queue")
+        await rig.screen.expect("1. second prompt")
+        await rig.screen.expect("2. third")
+        await rig.chat.submit("/queue clear")
+        await rig.screen.expect("[dropped 2 queued prompts]")
+        await rig.chat.submit("/queue")
+        await rig.screen.expect("[the queue is empty]")
+        provider.release("busy")
+        await rig.screen.expect("[turn completed]")
+        assert (await rig.link.call("agent.queue.list", {"sessionId": rig.session["id"]}))["entries"] == []
