@@ -150,6 +150,8 @@ class Decision:
 
 
 HISTORY = 20  # messages a resumed chat shows first
+KEY_HINTS = ("Enter sends · Shift+Tab mode · Esc stop · Ctrl+C abort/quit",
+             "/help /pending /diff /undo /context /compact /queue /quit")
 
 
 class Chat:
@@ -1064,8 +1066,8 @@ async def run_chat(link: Any, project: str | None, session_id: str | None, lates
         if project is None and session_id is None:
             console.print("No PROJECT given: this session works in a scratch folder of its own (nothing of yours is "
                           "touched; Plan and Goal need a project). Give one: pidesk chat PATH", style="dim")
-        console.print("Enter sends · Shift+Tab mode · Esc stop · Ctrl+C abort/quit · /help /pending /diff /undo "
-                      "/quit", style="dim")
+        for line in KEY_HINTS:  # (each within 60 columns: a narrow tmux pane wraps nothing)
+            console.print(line, style="dim")
         await chat.show_sandbox()
         await chat.show_context()
         follower = asyncio.create_task(chat.follow())

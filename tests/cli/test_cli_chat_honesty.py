@@ -67,3 +67,11 @@ async def test_queue_lists_the_waiting_prompts_and_clear_drops_them(make_host, p
         provider.release("busy")
         await rig.screen.expect("[turn completed]")
         assert (await rig.link.call("agent.queue.list", {"sessionId": rig.session["id"]}))["entries"] == []
+
+
+def test_the_key_hints_fit_a_60_column_pane():
+    """Issue 31 §3: the opening hints were one 95-character line, wrapped mid-word in a narrow tmux pane."""
+    from pidesk.cli.chat import KEY_HINTS
+
+    assert all(len(line) <= 60 for line in KEY_HINTS)
+    assert "/help" in KEY_HINTS[1] and "Shift+Tab" in KEY_HINTS[0]
