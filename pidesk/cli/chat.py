@@ -258,6 +258,11 @@ class Chat:
         self.compactions.add(message_id)
         self.say(compaction_line(compaction), "dim")
 
+    def show_outcome(self, name: str, ok: bool, code: str | None, tail: str = "") -> None:
+        """``  ✓ Read (4 ms)`` / ``  ✗ WRITE_DISABLED_IN_PLAN Write`` — how a tool call ended."""
+        mark = "✓" if ok else f"✗ {code or 'failed'}"
+        self.say(f"  {mark} {name}{tail}", "green" if ok else "red")
+
     async def show_history(self, limit: int = HISTORY) -> None:
         """A resumed session's last ``limit`` messages (issue 31 §3), as they were shown live: prompts, answers,
         each tool call's outcome on one line, compactions."""
@@ -275,8 +280,7 @@ class Chat:
             elif message["role"] == "tool":
                 for block in content:
                     if block.get("type") == "toolResult":
-                        mark = "✓" if block["ok"] else f"✗ {block.get('errorCode') or 'failed'}"
-                        self.say(f"  {mark} {block['name']}", "green" if block["ok"] else "red")
+                        self.show_outcome(block["name"], block["ok"], block.get("errorCode"))
             elif content and content[0].get("type") == "compaction":
                 self.show_compaction(message["id"], content[0])
             else:
@@ -359,8 +363,7 @@ class Chat:
                         self.say(f"  {mark} {result.get('criterion')} ({result.get('outcome')})",
                                  "green" if mark == "✓" else "red" if mark == "✗" else "dim")
         elif kind == "tool.finished":
-            mark = "✓" if event["ok"] else f"✗ {event.get('errorCode') or 'failed'}"
-            self.say(f"  {mark} {event['name']} ({event['durationMs']} ms)", "green" if event["ok"] else "red")
+            self.show_outcome(event["name"], event["ok"], event.get("errorCode"), f" ({event['durationMs']} ms)")
         elif kind == "turn.retrying":  # the model request waits to be sent again: when, and why
             self.say(f"[retrying in {event['waitS']:g} s ({event['attempt']}/{event['of']}): {event['reason']}]",
                      "yellow")

@@ -33,7 +33,7 @@ from typing import Any
 from pidesk.core.errors import Code, Conflict
 from pidesk.core.events import ContextCompacted, MessageAppended
 from pidesk.core.modes import Mode
-from pidesk.core.records import CompactionBlock, Message, PlanApproval, Session, Usage
+from pidesk.core.records import CompactionBlock, Message, PlanApproval, Session
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.providers.base import ModelRequest
@@ -210,12 +210,8 @@ class Compactions:
             raise Conflict(f"the model gave no summary: {outcome.done.detail or outcome.done.error_code}",
                            Code.PROVIDER_ERROR)
         if outcome.usage is not None:  # (no turn to count it on: the session's own)
-            report = outcome.usage
             with self.p.store.db.tx(durable=False) as db:
-                repo.add_session_usage(db, session_id, Usage(
-                    input_tokens=report.input_tokens, output_tokens=report.output_tokens,
-                    cache_tokens=report.cache_tokens, cache_read_tokens=report.cache_read_tokens,
-                    cache_write_tokens=report.cache_write_tokens))
+                repo.add_session_usage(db, session_id, outcome.usage.as_usage())
         await self.record(session_id, None, plan, outcome.text, system, tools)
         return {"compacted": True}
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from pidesk.core.records import Message
+from pidesk.core.records import Message, Usage
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,11 @@ class UsageReport:
     @property
     def cache_tokens(self) -> int:
         return self.cache_read_tokens + self.cache_write_tokens
+
+    def as_usage(self) -> Usage:
+        """The counts as a turn (or a session) records them."""
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens, cache_tokens=self.cache_tokens,
+                     cache_read_tokens=self.cache_read_tokens, cache_write_tokens=self.cache_write_tokens)
 
     @property
     def prompt_tokens(self) -> int:

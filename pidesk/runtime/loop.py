@@ -219,7 +219,7 @@ class _Turn:
                 self.ctx.compaction_failed(plan, outcome.done.detail or str(outcome.done.error_code))
                 return False
             if outcome.usage is not None:
-                self.ctx.add_usage(_usage(outcome.usage))
+                self.ctx.add_usage(outcome.usage.as_usage())
             summary = outcome.text
         await self.slot.wait_for(self.ctx.compacted(plan, summary))
         return True
@@ -289,7 +289,7 @@ class _Turn:
                     begin()
                     calls.append(self.call_block(event))
                 elif isinstance(event, UsageReport):
-                    ctx.add_usage(_usage(event), event.prompt_tokens)
+                    ctx.add_usage(event.as_usage(), event.prompt_tokens)
                 elif isinstance(event, Retrying):
                     ctx.retrying(event)
                 else:
@@ -361,12 +361,6 @@ class _Turn:
         )
         await self.append("tool", [block])
         self.ctx.tool_finished(call, result, duration_ms)
-
-
-def _usage(report: UsageReport) -> Usage:
-    return Usage(input_tokens=report.input_tokens, output_tokens=report.output_tokens,
-                 cache_tokens=report.cache_tokens, cache_read_tokens=report.cache_read_tokens,
-                 cache_write_tokens=report.cache_write_tokens)
 
 
 def _timed(read: Callable[[], list[Message]]) -> tuple[list[Message], float]:
