@@ -294,6 +294,36 @@ async def connect(config: HostConfig, url: str | None = None, token: str | None 
 
 
 @asynccontextmanager
+async def open_link(config: HostConfig, client: str, *, url: str | None = None, token: str | None = None,
+                    model: str | None = None, max_retries: int | None = None, no_sandbox: bool = False,
+                    context_limit: int | None = None) -> AsyncIterator[Any]:
+    """The live link (``pidesk.cli.link``, not yet entered) of an interactive client — ``chat``, ``run``,
+    ``acp``: to ``--url/--token`` or the running host, else to one started on demand, else to an
+    embedded host that lives as long as the block. ``client`` names the client to an embedded host.
+    The flags are the ones given: a running host keeps its own (said on stderr), ``--model`` it
+    cannot run is refused before anything is created."""
+    import asyncio
+
+    from pidesk.cli.link import EmbeddedLink, RemoteLink
+
+    target = Remote(url.rstrip("/"), token) if url and token else running_host(config.data_dir)
+    follow = None if url and token else config.data_dir  # where a restarted host says where it is
+    if target is not None:
+        await insist_on_model(target, model, follow)
+        say_ignored(target.url, max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
+        yield RemoteLink(target.url, target.token, follow)
+        return
+    if not embedded_only():  # a host of its own, in the background: other commands reach it meanwhile
+        started = await asyncio.to_thread(start_host, config, model=model, max_retries=max_retries,
+                                          no_sandbox=no_sandbox, context_limit=context_limit)
+        await insist_on_model(started, model, config.data_dir)  # (another command's host may have won)
+        yield RemoteLink(started.url, started.token, config.data_dir)
+        return
+    async with embedded(config) as host:
+        yield EmbeddedLink(host, client)
+
+
+@asynccontextmanager
 async def embedded(config: HostConfig, model: str | None = None) -> AsyncIterator[Any]:
     """An in-process Host holding the data dir's lock (a served data dir refuses it).
 

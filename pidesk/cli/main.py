@@ -298,8 +298,7 @@ def chat(project: Path | None, session_id: str | None, latest: bool, data_dir: P
     import asyncio
 
     from pidesk.cli.chat import run_chat
-    from pidesk.cli.connect import Remote, embedded, embedded_only, insist_on_model, running_host, say_ignored, start_host
-    from pidesk.cli.link import EmbeddedLink, RemoteLink
+    from pidesk.cli.connect import open_link
     from pidesk.config import HostConfig
 
     config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries, no_sandbox=no_sandbox,
@@ -307,20 +306,39 @@ def chat(project: Path | None, session_id: str | None, latest: bool, data_dir: P
     where = str(project.resolve()) if project else None
 
     async def go() -> None:
-        target = Remote(url.rstrip("/"), token) if url and token else running_host(config.data_dir)
-        if target is not None:
-            await insist_on_model(target, model, None if url and token else config.data_dir)
-            say_ignored(target.url, max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
-            await run_chat(RemoteLink(target.url, target.token, None if url and token else config.data_dir),
-                           where, session_id, latest)
-            return
-        if not embedded_only():  # a host of its own, in the background: other commands reach it meanwhile
-            started = await asyncio.to_thread(start_host, config, model=model, max_retries=max_retries,
-                                              no_sandbox=no_sandbox, context_limit=context_limit)
-            await insist_on_model(started, model, config.data_dir)  # (another command's host may have won)
-            await run_chat(RemoteLink(started.url, started.token, config.data_dir), where, session_id, latest)
-            return
-        async with embedded(config) as host:
-            await run_chat(EmbeddedLink(host), where, session_id, latest)
+        async with open_link(config, "chat", url=url, token=token, model=model, max_retries=max_retries,
+                             no_sandbox=no_sandbox, context_limit=context_limit) as link:
+            await run_chat(link, where, session_id, latest)
+
+    asyncio.run(go())
+
+
+@main.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--model", default=None, help="PROVIDER/MODEL (a running host must run this model).")
+@click.option("--max-retries", type=click.IntRange(min=0), default=None, help=_MAX_RETRIES_HELP)
+@click.option("--no-sandbox", is_flag=True, help=_NO_SANDBOX_HELP)
+@_context_limit_option(_ATTACHED)
+def acp(data_dir: Path | None, model: str | None, max_retries: int | None, no_sandbox: bool,
+        context_limit: int | None) -> None:
+    """Speak the Agent Client Protocol on stdin/stdout, for an editor (Zed, JetBrains, Neovim, Emacs).
+
+    The editor starts this command; its sessions are the host's (a running one, else one started
+    on demand), so the web page shows them live. README: "Use pidesk from your editor"."""
+    import asyncio
+
+    from pidesk.acp.agent import PideskAgent
+    from pidesk.acp.stdio import serve, take_stdio
+    from pidesk.cli.connect import open_link
+    from pidesk.config import HostConfig
+
+    proto_in, proto_out = take_stdio()  # first: nothing else may write to the editor's stream
+    config = HostConfig.from_environ(data_dir=data_dir, model=model, max_retries=max_retries, no_sandbox=no_sandbox,
+                                     context_limit=context_limit)
+
+    async def go() -> None:
+        async with open_link(config, "acp", model=model, max_retries=max_retries, no_sandbox=no_sandbox,
+                             context_limit=context_limit) as link, link:
+            await serve(PideskAgent(link), proto_in, proto_out)
 
     asyncio.run(go())

@@ -7,7 +7,6 @@ running host would ignore — it refuses before it creates anything: no session,
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from pathlib import Path
@@ -15,16 +14,7 @@ from typing import Any
 
 import click
 
-from pidesk.cli.connect import (
-    embedded,
-    embedded_only,
-    host_info,
-    insist_on_model,
-    running_host,
-    say_ignored,
-    start_host,
-)
-from pidesk.cli.link import EmbeddedLink, RemoteLink
+from pidesk.cli.connect import embedded, host_info, open_link, running_host
 from pidesk.cli.say import compaction_line, sandbox_line, tool_line
 from pidesk.config import HostConfig
 from pidesk.core.errors import Code, Conflict, InvalidParams, PideskError
@@ -41,20 +31,9 @@ async def run_unattended(config: HostConfig, project: Path, prompt: str, mode: s
     if mode != "agent":
         raise Conflict(f"{mode.title()} mode needs an interactive session to approve its contract; "
                        "run it with `pidesk chat`, or use --mode agent", Code.PLAN_REQUIRES_INTERACTIVE_SESSION)
-    remote = running_host(config.data_dir)
-    if remote is not None:
-        await insist_on_model(remote, model, config.data_dir)
-        say_ignored(remote.url, max_retries=max_retries, no_sandbox=no_sandbox, context_limit=context_limit)
-        return await _run(RemoteLink(remote.url, remote.token, config.data_dir), project, prompt, permission_mode,
-                          as_json)
-    if not embedded_only():  # a host of its own, in the background (issue 31): other commands reach it meanwhile
-        started = await asyncio.to_thread(start_host, config, model=model, max_retries=max_retries,
-                                          no_sandbox=no_sandbox, context_limit=context_limit)
-        await insist_on_model(started, model, config.data_dir)
-        return await _run(RemoteLink(started.url, started.token, config.data_dir), project, prompt, permission_mode,
-                          as_json)
-    async with embedded(config) as host:
-        return await _run(EmbeddedLink(host, "run"), project, prompt, permission_mode, as_json)
+    async with open_link(config, "run", model=model, max_retries=max_retries, no_sandbox=no_sandbox,
+                         context_limit=context_limit) as link:
+        return await _run(link, project, prompt, permission_mode, as_json)
 
 
 async def _run(link: Any, project: Path, prompt: str, permission_mode: str, as_json: bool) -> int:

@@ -140,7 +140,7 @@ class Checkpoints:
 
     def after_call(self, live: LiveTurn, call: ToolCallBlock) -> None:
         """After ``call``: record the workspace as it left it (in the background)."""
-        plugins = self.p.plugin_tools
+        plugins = self.p.plugins(live.session_id)
         if call.name in CHANGING_TOOLS or (plugins is not None and plugins.risk_of(call.name) is not None):
             self._spawn(live.session_id, live.turn_id, "call", self._named_paths(live.session_id, call))
 

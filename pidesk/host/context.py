@@ -186,7 +186,7 @@ class HostTurnContext:
                 if not isinstance(summary, str) or not summary.strip():
                     return ToolOutcome(ToolResult.error(Code.INVALID_ARGUMENTS, "summary must be a non-empty string"))
                 return ToolOutcome(ToolResult(ok=True, output=summary))
-        plugins = self.p.plugin_tools
+        plugins = self.p.plugins(self.session_id)
         if plugins is not None and plugins.risk_of(call.name) is not None:
             return ToolOutcome(await plugins.call(call.name, call.args, stopped=lambda: self.live.stop_requested))
         tool = self._turn_tools().tool(call.name, call.args, self._current().mode)
@@ -233,6 +233,7 @@ def session_tool_specs(parts: Parts, session: Session, *, goal_execution: bool =
     names = policy.visible_tools(session.mode, temporary=session.project_path is None,
                                  goal_execution=goal_execution, unattended=unattended)
     specs = tool_specs(parts.config, names, session.mode)
-    if parts.plugin_tools is not None and not session.mode.is_contract:  # plugin tools are Agent-only
-        specs += [tool.spec for tool in parts.plugin_tools.tools()]
+    plugins = parts.plugins(session.id)
+    if plugins is not None and not session.mode.is_contract:  # plugin tools are Agent-only
+        specs += [tool.spec for tool in plugins.tools()]
     return specs

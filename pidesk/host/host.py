@@ -44,6 +44,7 @@ from pidesk.host.queue import Queue
 from pidesk.host.recovery import Recovery, recover
 from pidesk.host.render import render_html
 from pidesk.host.schedules import Schedules
+from pidesk.host.session_plugins import SessionPlugins
 from pidesk.host.sessions import Sessions
 from pidesk.host.tooling import git_sandbox, sandbox_status
 from pidesk.host.turns import Turns
@@ -92,6 +93,8 @@ class Host:
 
             p.plugin_tools = McpTools.from_config(config.mcp_servers, source=config.mcp_source,
                                                   environ=config.mcp_environ, process_groups=store.process_groups)
+        p.session_plugins = SessionPlugins(config.mcp_environ, store.process_groups,
+                                           configured=[str(name) for name in config.mcp_servers])
 
     @classmethod
     def open(cls, config: HostConfig, provider: Provider, clock: Callable[[], datetime] = utcnow,
@@ -152,6 +155,7 @@ class Host:
         await self.schedules.close()
         if self.parts.plugin_tools is not None:
             await self.parts.plugin_tools.close()
+        await self.parts.session_plugins.close()
         if self.hooks is not None:
             await self.hooks.close()
         self.parts.store.close()
@@ -165,8 +169,9 @@ class Host:
         return self.parts.bus.subscribe()
 
     async def _context(self, live: LiveTurn) -> HostTurnContext:
-        if self.parts.plugin_tools is not None:  # an embedded host's first turn starts and awaits its MCP servers
-            await self.parts.plugin_tools.before_turn()
+        plugins = self.parts.plugins(live.session_id)
+        if plugins is not None:  # an embedded host's first turn (or a session's own servers') starts and awaits them
+            await plugins.before_turn()
         context = HostTurnContext(self.parts, live, self.permissions, self.approvals, self.executions,
                                   self.delegates, self.instructions, self.compactions)
         await context.prepare()
@@ -243,7 +248,20 @@ class Host:
 
     async def session_delete(self, session_id: Any) -> dict[str, Any]:
         self.sessions.delete(session_id)
+        self.parts.session_plugins.session_deleted(session_id)
         return {}
+
+    async def session_set_plugins(self, session_id: Any, servers: Any, client_id: str = "local") -> dict[str, Any]:
+        """The MCP servers this session's client brings (a pidesk addition, docs/protocol-notes.md; host/
+        session_plugins.py): they replace the session's earlier set, when it is idle."""
+        session = self.parts.session(validate.ident(session_id, "sessionId"))
+        if self.parts.is_busy(session.id):
+            raise Conflict("the session is busy; set its MCP servers once it is idle", Code.AGENT_BUSY)
+        registry = self.parts.session_plugins.replace(session.id, servers, owner=client_id)
+        names = [entry["name"] for entry in servers]  # (validated: names only; env and headers stay unwritten)
+        with self.store.db.tx() as db:
+            repo.audit(db, "plugins.session", session.id, None, servers=names)
+        return {"plugins": registry.listing() if registry is not None else []}
 
     async def session_rename(self, session_id: Any, title: Any) -> Session:
         return self.sessions.rename(session_id, title)
@@ -313,6 +331,7 @@ class Host:
         """A connection went away: it no longer makes any session visible."""
         self.parts.live.focus.pop(client_id, None)
         self.parts.live.clients.discard(client_id)
+        self.parts.session_plugins.client_closed(client_id)
 
     def idle(self) -> bool:
         """Nothing for this host to do or keep: no client connected, no turn or compaction running, and
@@ -513,8 +532,9 @@ class Host:
         if unknown:
             raise InvalidParams(f"unknown params for {method}: {', '.join(sorted(unknown))}")
         kwargs = {accepted[k]: v for k, v in params.items()}
-        if method == "session.focus":
+        if "client_id" in _signature(getattr(fn, "__func__", fn)).parameters:
             kwargs["client_id"] = client_id
+        if method == "session.focus":
             kwargs.setdefault("session_id", None)
         missing = [k for k, name in accepted.items() if _required(fn, name) and name not in kwargs]
         if missing:
@@ -528,7 +548,7 @@ METHODS: dict[str, str] = {
         "host.hello", "host.status", "host.doctor",
         "session.create", "session.list", "session.get", "session.turns", "session.delete", "session.rename",
         "session.setMode", "session.setPermissionMode", "session.fork", "session.focus", "session.context",
-        "session.changes", "session.revert", "session.compact",
+        "session.changes", "session.revert", "session.compact", "session.setPlugins",
         "agent.prompt", "agent.steer", "agent.stop", "agent.abort",
         "agent.queue.push", "agent.queue.list", "agent.queue.remove", "agent.queue.prioritize",
         "agent.queue.sendNow",

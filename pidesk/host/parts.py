@@ -49,6 +49,7 @@ class Parts:
     provider: Provider
     gate: StepGate  # shared by every turn and delegate of the host
     plugin_tools: Any = None  # pidesk.plugins.mcp_tools.McpTools when the config names MCP servers
+    session_plugins: Any = None  # pidesk.host.session_plugins.SessionPlugins: servers clients bring per session
     threads: ThreadPoolExecutor = field(default_factory=StoreThreads)
 
     def session(self, session_id: str) -> Session:
@@ -57,6 +58,17 @@ class Parts:
         if session is None:
             raise NotFound(f"no session {session_id!r}")
         return session
+
+    def plugins(self, session_id: str) -> Any:
+        """The MCP tools a turn of ``session_id`` may be offered (a ``PluginSet``: the config file's
+        servers, then the session's own), or None when there are none."""
+        own = self.session_plugins.of(session_id) if self.session_plugins is not None else None
+        registries = [r for r in (self.plugin_tools, own) if r is not None]
+        if not registries:
+            return None
+        from pidesk.plugins.mcp_tools import PluginSet
+
+        return PluginSet(registries)
 
     def publish_session(self, session_id: str) -> Session | None:
         with self.store.db.read() as db:

@@ -38,7 +38,7 @@ class Permissions:
         escalated = policy.is_escalation(call.name, call.args)
         with self.p.store.db.read() as db:
             granted = session.mode is Mode.AGENT and repo.has_grant(db, session.id, policy.grant_key(call.name, escalated))
-        plugins = self.p.plugin_tools
+        plugins = self.p.plugins(session.id)
         decision = policy.decide(
             session.mode, session.permission_mode, call.name,
             plugin_risk=plugins.risk_of(call.name) if plugins is not None else None,

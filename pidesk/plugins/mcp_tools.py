@@ -704,3 +704,29 @@ def _stat_fields(pid: int) -> list[str] | None:
             return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+class PluginSet:
+    """The MCP registries one session's turn sees, as one: the configured servers, then the servers
+    the session's client brought (``session.setPlugins``). A tool name belongs to the first registry
+    offering it; the session's servers may not take a configured server's name, so none is shadowed."""
+
+    def __init__(self, registries: Sequence[McpTools]) -> None:
+        self._registries = list(registries)
+
+    def risk_of(self, name: str) -> PluginRisk | None:
+        return next((risk for r in self._registries if (risk := r.risk_of(name)) is not None), None)
+
+    def tools(self) -> list[PluginTool]:
+        return [tool for r in self._registries for tool in r.tools()]
+
+    async def before_turn(self) -> None:
+        for registry in self._registries:
+            await registry.before_turn()
+
+    async def call(self, name: str, args: dict[str, Any], *, stopped: Callable[[], bool] | None = None
+                   ) -> ToolResult:
+        owner = next((r for r in self._registries if r.risk_of(name) is not None), None)
+        if owner is None:
+            return ToolResult.error(Code.TOOL_NOT_FOUND, f"{name} is not a tool of any running MCP server")
+        return await owner.call(name, args, stopped=stopped)
