@@ -292,3 +292,34 @@ def test_bad_messages_get_json_rpc_errors_and_the_process_keeps_serving(data_dir
     assert answers[0]["id"] is None and answers[2]["id"] == 1
     assert answers[3]["result"]["protocolVersion"] == 1
     assert answers[7]["result"]["sessions"] == []
+
+
+@pytest.mark.asyncio
+async def test_a_goals_criteria_are_an_acp_plan_ticked_as_they_are_met(project, data_dir, tmp_path):
+    """Goal mode: the approved goal's criteria become the editor's plan, each entry `completed` once the
+    agent reports it met; the prompt ends when the execution does, with the window's usage reported."""
+    criteria = ["NOTES.md exists", "it says hello"]
+    goal = {"toolCalls": [{"name": "SubmitGoal", "args": {
+        "title": "Notes", "markdown": "# Notes\n\nA NOTES.md saying hello.", "question": "Agreed?",
+        "criteria": criteria}}]}
+
+    def report(*met: str) -> dict[str, Any]:
+        return {"toolCalls": [{"name": "ReportCriteria", "args": {"results": [
+            {"criterion": c, "outcome": "met" if c in met else "unmet", "evidence": "checked"} for c in criteria]}}]}
+
+    model = script(tmp_path, goal, {"toolCalls": [{"name": "Write", "args": {"path": "NOTES.md", "content": "hi\n"}}]},
+                   report(criteria[0]), report(*criteria), {"text": "Both met."})
+    editor = Editor(answers=["approve-accept-edits"])
+    async with pidesk_acp(editor, data_dir, model) as conn:
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        await conn.set_session_mode(session_id=session.session_id, mode_id="goal")
+        done = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("make notes")])
+    assert done.stop_reason == "end_turn"
+    assert "Acceptance criteria:\n- NOTES.md exists\n- it says hello" in \
+        editor.asked[0]["toolCall"]["content"][0]["content"]["text"]
+    plans = [[(e["content"], e["status"]) for e in u["entries"]] for u in editor.of("plan")]
+    assert plans[0] == [("NOTES.md exists", "pending"), ("it says hello", "pending")]
+    assert ("NOTES.md exists", "completed") in plans[1] and ("it says hello", "in_progress") in plans[1]
+    assert plans[-1] == [("NOTES.md exists", "completed"), ("it says hello", "completed")]
+    usage = editor.of("usage_update")[-1]
+    assert usage["size"] == 128_000 and 0 < usage["used"] < usage["size"]
