@@ -871,42 +871,44 @@ class Chat:
         self.redraw()
 
 
+CONFIRM = "Enter confirms · or change ›"
+
+
 def decision_line(decision: Decision) -> str:
-    """The prompt of a decision; every line fits 80 columns."""
+    """The prompt of a decision; every variant fits a 60-column pane (issue 31 §3)."""
     if decision.feedback:
-        return "reject · feedback for the agent (Enter sends, may be empty) › "
+        return "feedback for the agent (Enter sends, may be empty) › "
     if decision.kind == "undo":
         if decision.choice == "y":
-            return "revert these files? Enter confirms · another key changes › y"
+            return f"revert these files? {CONFIRM} y"
         if decision.choice == "n":
-            return "keep everything? Enter confirms · another key changes › n"
+            return f"keep everything? {CONFIRM} n"
         return "revert? [y] yes [n] no, + Enter · Esc cancels › "
     if decision.kind == "plan":
         if decision.approving is not None:
             return context_question(decision)
         if decision.confirming_auto:
-            return f"auto lets every tool run unasked. Sure? [y] + Enter · other keys go back › {decision.choice or ''}"
+            return f"auto: all tools run unasked. Sure? [y]+Enter, else back › {decision.choice or ''}"
         if decision.choice == "r":
-            return "reject? Enter confirms (then optional feedback) · another key changes › r"
+            return f"reject (feedback next)? {CONFIRM} r"
         if decision.choice is not None:
-            mode = PLAN_CHOICES[decision.choice]
-            return f"approve with {mode}? Enter confirms · another key changes › {decision.choice}"
-        return "approve? [a] ask [e] accept-edits [u] auto [r] reject, + Enter · Esc later › "
+            return f"approve with {PLAN_CHOICES[decision.choice]}? {CONFIRM} {decision.choice}"
+        return "approve? [a] ask [e] accept-edits [u] auto [r] reject › "
     if decision.choice is not None:
-        return f"{PERMISSION_CHOICES[decision.choice]}? Enter confirms · another key changes › {decision.choice}"
-    return "allow? [y] once [s] for this session [n] deny, + Enter · Esc later › "
+        return f"{PERMISSION_CHOICES[decision.choice]}? {CONFIRM} {decision.choice}"
+    return "allow? [y] once [s] this session [n] deny · Esc later › "
 
 
 def context_question(decision: Decision) -> str:
     """The context step of a confirmed approval: what the execution sees of the conversation."""
     kind = decision.item.get("kind", "plan")
     if decision.choice == "k":
-        return "keep the whole conversation? Enter confirms · another key changes › k"
+        return f"keep the whole conversation? {CONFIRM} k"
     if decision.choice == "c":
-        return "compact the conversation to a summary? Enter confirms · another key changes › c"
+        return f"compact the conversation? {CONFIRM} c"
     if decision.choice == "f":
-        return f"start fresh from the {kind} alone? Enter confirms · another key changes › f"
-    return f"{decision.approving} · context? [k] keep (Enter) [c] compact [f] fresh · Esc later › "
+        return f"start from the {kind} alone? {CONFIRM} f"
+    return f"{decision.approving} · context? [k]eep (Enter) [c]ompact [f]resh › "
 
 
 def resolved_line(approval: dict[str, Any]) -> str:

@@ -24,9 +24,9 @@ SCRIPT = {"responses": [
 ]}
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 CSI = re.compile(r"\x1b\[[0-9;?]*([A-Za-z])")
-PLAN_QUESTION = "approve? [a] ask [e] accept-edits [u] auto [r] reject, + Enter · Esc later ›"
-PERMISSION_QUESTION = "allow? [y] once [s] for this session [n] deny, + Enter · Esc later ›"
-CONTEXT_QUESTION = "· context? [k] keep (Enter) [c] compact [f] fresh · Esc later ›"
+PLAN_QUESTION = "approve? [a] ask [e] accept-edits [u] auto [r] reject ›"
+PERMISSION_QUESTION = "allow? [y] once [s] this session [n] deny · Esc later ›"
+CONTEXT_QUESTION = "· context? [k]eep (Enter) [c]ompact [f]resh ›"
 OSC = re.compile(r"\x1b\][^\x07\x1b]*(\x07|\x1b\\)")
 
 
@@ -273,14 +273,14 @@ def test_auto_needs_a_second_confirmation(project, data_dir, tmp_path):
     term.type("u")
     term.expect_status("approve with auto? Enter confirms")
     term.type("\r")
-    term.expect_status("auto lets every tool run unasked. Sure? [y] + Enter")
+    term.expect_status("auto: all tools run unasked. Sure? [y]+Enter")
     term.type("\r")  # nothing selected: nothing happens …
     term.type("x")  # … and another key goes back to the question
     term.expect_status(PLAN_QUESTION)
     term.type("u\r")
-    term.expect_status("auto lets every tool run unasked. Sure?")
+    term.expect_status("auto: all tools run unasked. Sure?")
     term.type("y")
-    term.expect_status("auto lets every tool run unasked. Sure? [y] + Enter · other keys go back › y")
+    term.expect_status("auto: all tools run unasked. Sure? [y]+Enter, else back › y")
     term.type("\r")
     term.expect_status("auto " + CONTEXT_QUESTION)
     term.type("\r")
@@ -357,7 +357,7 @@ def test_status_line_follows_the_mode_the_host_sets(project, data_dir):
     term.type("do something\r")  # the demo model enters Plan mode itself, then submits a plan
     term.expect_status(PLAN_QUESTION)
     term.type("r\r")
-    term.expect_status("reject · feedback for the agent")
+    term.expect_status("feedback for the agent")
     term.type("not now\r")
     term.expect("[plan rejected · feedback: not now]")
     term.expect("[turn completed]")

@@ -51,7 +51,7 @@ async def test_keys_typed_before_a_plan_prompt_never_answer_it(make_host: Any, p
         pending = (await link.call("plans.pending", {"sessionId": session["id"]}))["approvals"]
         assert [a["status"] for a in pending] == ["pending"]
         os.write(master, b"\r")
-        await screen.expect("accept-edits · context? [k] keep (Enter)")
+        await screen.expect("accept-edits · context? [k]eep (Enter)")
         os.write(master, b"\r")
         await screen.expect("[plan approved · accept-edits · context: keep]")
         history = (await link.call("plans.list", {"sessionId": session["id"]}))["approvals"]

@@ -75,3 +75,30 @@ def test_the_key_hints_fit_a_60_column_pane():
 
     assert all(len(line) <= 60 for line in KEY_HINTS)
     assert "/help" in KEY_HINTS[1] and "Shift+Tab" in KEY_HINTS[0]
+
+
+def test_every_decision_prompt_fits_a_60_column_pane():
+    """Each step of every decision — a plan's approval (its confirmations, auto's warning, the context step,
+    a rejection's feedback), a permission, an undo — as drawn with its widest choice, within 60 columns."""
+    from pidesk.cli.chat import (
+        CONTEXT_CHOICES,
+        PERMISSION_CHOICES,
+        PLAN_CHOICES,
+        UNDO_CHOICES,
+        Decision,
+        decision_line,
+    )
+
+    goal = {"kind": "goal"}
+    steps = [Decision("plan", goal, 0), Decision("plan", goal, 0, feedback=True),
+             Decision("plan", goal, 0, choice="u", confirming_auto=True),
+             Decision("plan", goal, 0, approving="accept-edits"), Decision("permission", {}, 0),
+             Decision("undo", {}, 0)]
+    steps += [Decision("plan", goal, 0, choice=c) for c in PLAN_CHOICES]
+    steps += [Decision("plan", goal, 0, approving="accept-edits", choice=c) for c in CONTEXT_CHOICES]
+    steps += [Decision("permission", {}, 0, choice=c) for c in PERMISSION_CHOICES]
+    steps += [Decision("undo", {}, 0, choice=c) for c in UNDO_CHOICES]
+    lines = [decision_line(step) for step in steps]
+    assert len(set(lines)) == len(lines)  # each step says something of its own
+    too_wide = [line for line in lines if len(line.rstrip()) > 60]
+    assert not too_wide
