@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 OUT = BENCH_DIR / "out"
@@ -134,3 +135,12 @@ def wait_for_quiet(limit: float, busy: float = 0.15) -> str:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def scale_figures(keys: dict[str, Any], targets: dict[str, tuple[float, bool]]) -> list[Figure]:
+    """A ``bench/scale_*.py`` module's keys as figures: its named keys with their targets (``(bound,
+    at_least)``), then its ``context`` figures; ``sizes`` (what a ``--quick`` run measured) as notes."""
+    sizes = keys.get("sizes", {})
+    figures = [Figure(key, value, "", *targets.get(key, (None, True)), note=sizes.get(key, ""))
+               for key, value in keys.items() if key not in ("context", "sizes")]
+    return figures + [Figure(key, value, "") for key, value in keys.get("context", {}).items()]
