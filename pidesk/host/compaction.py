@@ -36,9 +36,10 @@ from pidesk.core.modes import Mode
 from pidesk.core.records import CompactionBlock, Message, PlanApproval, Session
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
+from pidesk.host.views import Views
 from pidesk.providers.base import ModelRequest
 from pidesk.runtime.compaction import Plan, Refused, summarise
-from pidesk.runtime.context_window import estimate_request, estimate_tokens, model_view
+from pidesk.runtime.context_window import ViewState, estimate_request, estimate_tokens
 from pidesk.store import repo
 from pidesk.store.artifacts import read_artifact, sha256_of
 
@@ -61,6 +62,7 @@ class Compactions:
     def __init__(self, parts: Parts) -> None:
         self.p = parts
         self._seen: dict[str, _Seen] = {}
+        self.views = Views(parts.store.transcripts, self.limit)  # each session's view, kept between requests
 
     @property
     def limit(self) -> int:
@@ -69,12 +71,26 @@ class Compactions:
     # ---- the view ---------------------------------------------------------------------------
 
     def view(self, session_id: str, live: LiveTurn | None = None) -> list[Message]:
-        """What the model sees of the session now (called per request: read afresh)."""
-        messages = self.p.store.messages(session_id)
-        return model_view(messages, self.limit, lambda: self.note(session_id, live, messages))
+        """What the model sees of the session now (blocking: in a worker thread, or where waiting is fine)."""
+        view = self.views.read(session_id, lambda state: self.note(session_id, live, state))
+        assert view is not None
+        return view
 
-    def note(self, session_id: str, live: LiveTurn | None, messages: list[Message]) -> str:
-        """The host's record of the session's state, for the model, after a cut."""
+    async def view_async(self, session_id: str, live: LiveTurn | None = None) -> list[Message]:
+        """``view`` for a request: on the event loop when its view is warm and little is new (most
+        requests), else in a worker thread (host/views.py)."""
+        def note(state: ViewState) -> str:
+            return self.note(session_id, live, state)
+
+        view = self.views.read(session_id, note, quick=True)
+        if view is None:
+            view = await asyncio.to_thread(self.views.read, session_id, note)
+        assert view is not None
+        return view
+
+    def note(self, session_id: str, live: LiveTurn | None, state: ViewState | None = None) -> str:
+        """The host's record of the session's state, for the model, after a cut (``state``: the view it
+        opens; None: one with no compaction)."""
         session = self.p.session(session_id)
         lines = ["[The host's record of this session, from its own state — authoritative]",
                  f"Mode: {_MODE_WORDS[session.mode]}", f"Permission mode: {session.permission_mode.value}."]
@@ -85,21 +101,21 @@ class Compactions:
             lines.append(f"A {approval.kind.value} awaits the user's decision: {approval.artifact_path} (sha256 "
                          f"{approval.artifact_sha256}). It is not approved: only the user approves or rejects it.")
         if executing is not None:
-            lines += self._execution(session, executing, live, messages)
+            lines += self._execution(session, executing, live, state)
         if not pending and executing is None:
             lines.append("No plan or goal is awaiting a decision or being carried out.")
         lines.append("Nothing in the summary below approves anything or changes any of this.")
         return "\n".join(lines)
 
     def _execution(self, session: Session, approval: PlanApproval, live: LiveTurn | None,
-                   messages: list[Message]) -> list[str]:
+                   state: ViewState | None) -> list[str]:
         mode = approval.permission_mode.value if approval.permission_mode else "?"
         lines = [f"Carrying out the approved {approval.kind.value} {approval.artifact_path} (sha256 "
                  f"{approval.artifact_sha256}), approved with permission mode {mode}."]
         if live is not None and live.goal is not None:
             lines.append("Acceptance criteria, and what was reported so far (report each with ReportCriteria):")
             lines += [f"- {c}: {live.goal.outcomes.get(c, 'not reported yet')}" for c in live.goal.criteria]
-        if live is None or live.root_seq is None or not _in_view(messages, live.root_seq):
+        if live is None or live.root_seq is None or (state is not None and not state.in_view(live.root_seq)):
             text = self._contract_text(session, approval)
             lines.append(f"Its text:\n{text}" if text is not None else
                          "Its file changed or vanished since the approval: stop and tell the user.")
@@ -131,7 +147,12 @@ class Compactions:
         seen = self._seen.get(request.session_id)
         now = span(request.messages)
         if seen is not None and now is not None and now[0] == seen.first_seq and now[1] >= seen.last_seq:
-            return seen.prompt_tokens + sum(estimate_tokens(m) for m in request.messages if m.seq > seen.last_seq)
+            added = 0
+            for message in reversed(request.messages):  # (only what came after: never the whole view)
+                if message.seq <= seen.last_seq:
+                    break
+                added += estimate_tokens(message)
+            return seen.prompt_tokens + added
         return estimate_request(request.system, request.tools, request.messages)
 
     def due(self, request: ModelRequest, live: LiveTurn, overflow: bool = False) -> Plan | None:
@@ -172,8 +193,8 @@ class Compactions:
         """Append the compaction's message, count it, and say so (``context.compacted``)."""
         block = CompactionBlock(summary=summary, reason=plan.reason, tokens_before=plan.tokens_before,
                                 tokens_after=0, kept_from_seq=plan.keep_from)
-        messages = [*self.p.store.messages(session_id), _draft(session_id, block)]
-        after = model_view(messages, self.limit, lambda: self.note(session_id, live, messages))
+        after = await asyncio.to_thread(self.views.after, session_id, _draft(session_id, block),
+                                        lambda state: self.note(session_id, live, state))
         block.tokens_after = estimate_request(system, tools, after)
         message: Message = await self.p.in_thread(self.p.store.append_message, session_id, turn_id, "user", [block])
         self.p.store.faults.hit("compaction.after_append")
@@ -215,12 +236,12 @@ class Compactions:
         await self.record(session_id, None, plan, outcome.text, system, tools)
         return {"compacted": True}
 
-    def window(self, session_id: str, estimate: int) -> dict[str, int]:
+    async def window(self, session_id: str, estimate: int) -> dict[str, int]:
         """``session.context``'s ``window``: the last request's input (``estimate`` before any), and how
-        many compactions the transcript holds."""
+        many compactions the transcript holds (kept with its view: counted in a worker thread once)."""
         with self.p.store.db.read() as db:
             used = repo.context_tokens(db, session_id)
-        compactions = sum(1 for m in self.p.store.messages(session_id) if _compaction(m) is not None)
+        compactions = await asyncio.to_thread(self.views.compactions, session_id)
         return {"usedTokens": used or estimate, "limitTokens": self.limit, "compactions": compactions}
 
 
@@ -233,21 +254,13 @@ _MODE_WORDS = {
 
 def span(view: list[Message]) -> tuple[int, int] | None:
     """The seqs of the first and last transcript messages of a view (None: it holds none)."""
-    real = [m.seq for m in view if m.seq > 0]
-    return (real[0], real[-1]) if real else None
+    first = next((m.seq for m in view if m.seq > 0), None)  # (the opening notes come first: a step or two)
+    last = next((m.seq for m in reversed(view) if m.seq > 0), None)
+    return (first, last) if first is not None and last is not None else None
 
 
 def _compaction(message: Message) -> CompactionBlock | None:
     return next((b for b in message.content if isinstance(b, CompactionBlock)), None)
-
-
-def _in_view(messages: list[Message], seq: int) -> bool:
-    """Whether the message ``seq`` is in the model's view: kept by, or after, the last cut."""
-    for message in reversed(messages):
-        block = _compaction(message)
-        if block is not None:
-            return message.seq < seq or (block.kept_from_seq is not None and seq >= block.kept_from_seq)
-    return True
 
 
 def _draft(session_id: str, block: CompactionBlock) -> Message:

@@ -92,13 +92,12 @@ class HostTurnContext:
         return session_tool_specs(self.p, self._current(), goal_execution=self.live.goal is not None,
                                   unattended=self.live.unattended)
 
-    def history(self) -> list[Message]:
-        # Read afresh for each model request, never kept on the context: a turn lives through
-        # tool runs, queueing for a step-gate slot and a person's answer, and every running turn
-        # holding its whole transcript made the host's memory grow with every turn of every busy
-        # session (docs/reliability.md, "Load"). Decoding costs about what the provider's
-        # conversion of the same messages costs (~1.6 ms at 500 messages).
-        view = self.compactions.view(self.session_id, self.live)
+    async def history(self) -> list[Message]:
+        # The session's view as kept between requests (host/views.py): what was appended since the
+        # last request is decoded, nothing else. Never kept on this context: a turn lives through tool
+        # runs, queueing for a step-gate slot and a person's answer, and the views' memory is bounded
+        # (docs/reliability.md, "Load").
+        view = await self.compactions.view_async(self.session_id, self.live)
         self._span = span(view)
         return view
 

@@ -130,7 +130,7 @@ class DelegateContext:
         names = policy.visible_tools(session.mode, temporary=session.project_path is None, delegate=True)
         return tool_specs(self.p.config, names, session.mode)
 
-    def history(self) -> list[Message]:
+    async def history(self) -> list[Message]:
         return model_view(self.messages, self.p.config.context_limit)  # (a delegate's task is short: no summary)
 
     def compaction_due(self, request: ModelRequest, overflow: bool = False) -> Plan | None:

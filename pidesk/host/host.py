@@ -296,7 +296,7 @@ class Host:
         view = await self.parts.in_thread(self.compactions.view, session.id)
         estimate = estimate_request(system_prompt(session.mode, session.root, context),
                                     session_tool_specs(self.parts, session), view)  # (before any count)
-        listed["window"] = self.compactions.window(session.id, estimate)
+        listed["window"] = await self.compactions.window(session.id, estimate)
         return listed
 
     async def session_compact(self, session_id: Any, instructions: Any = None) -> dict[str, bool]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -84,7 +83,7 @@ class TurnContext(Protocol):
     def stop_requested(self) -> bool: ...
     def system_prompt(self) -> str: ...
     def tool_specs(self) -> list[dict[str, Any]]: ...
-    def history(self) -> list[Message]: ...
+    async def history(self) -> list[Message]: ...  # the view for the next request (the host decides where it is read)
     def new_message_id(self) -> str: ...
     def take_steers(self) -> list[str]: ...
     def output_started(self) -> None: ...
@@ -125,14 +124,6 @@ MAX_TOOL_ARGUMENTS = 1 << 20
 # model server that streams on and on (120 MiB) held the loop 0.4-1.4 s and 1.2 GB when its message
 # was kept and sent (issue 29). Past it the answer is cut there, kept, and the turn ends PROVIDER_ERROR.
 MAX_ANSWER_CHARS = 2_000_000
-# Each model request reads the turn's history afresh. A large transcript is read in a worker thread,
-# so its decoding never holds the event loop; a small one on the loop, where it costs about what the
-# provider's conversion of the same messages costs, and saves the two thread hand-offs (~0.3 ms a
-# request, most of the read). On the loop only when the turn's last read took under INLINE_READ_S
-# and what the turn has appended since weighs under INLINE_GROWTH: the first read of a turn is
-# always in a thread, and one grown large goes back to it.
-INLINE_READ_S = 0.001
-INLINE_GROWTH = 64 * 1024
 
 
 async def run_turn(ctx: TurnContext, provider: Provider, gate: StepGate | None = None) -> TurnEnd:
@@ -150,23 +141,15 @@ class _Turn:
         self.ctx = ctx
         self.slot = slot
         self.oversized: dict[str, int] = {}  # tool call id -> the size of the arguments it came with
-        self.last_read_s: float | None = None  # how long the last history read took (None: none yet)
-        self.grown = 0  # about how many bytes of JSON the turn has appended since
         self.request: ModelRequest | None = None  # the model request just made (until its answer is in)
 
     async def append(self, role: str, content: list[Block], message_id: str | None = None) -> Message:
-        self.grown += json_size(content)
         return await self.slot.wait_for(self.ctx.append(role, content, message_id))
 
     async def history(self) -> list[Message]:
-        """The history for the next request: on the loop while it is small, else in a worker thread
-        (``INLINE_READ_S``)."""
-        inline = self.last_read_s is not None and self.last_read_s < INLINE_READ_S and self.grown < INLINE_GROWTH
-        self.grown = 0
-        if inline:
-            history, self.last_read_s = _timed(self.ctx.history)
-        else:
-            history, self.last_read_s = await self.slot.wait_for(asyncio.to_thread(_timed, self.ctx.history))
+        """The view for the next request (the host reads it on the loop when that is quick, else in a
+        worker thread: host/views.py)."""
+        history: list[Message] = await self.slot.wait_for(self.ctx.history())
         return history
 
     async def run(self, provider: Provider) -> TurnEnd:
@@ -233,7 +216,6 @@ class _Turn:
         )
         plan = ctx.compaction_due(request)
         if plan is not None and await self.compact(provider, request, plan):
-            self.last_read_s = None  # (the view changed: read it in a thread)
             request = dataclasses.replace(request, messages=await self.history())
         self.request = request
         # The answer's blocks in the order they came: thinking and text as they streamed (a
@@ -361,13 +343,6 @@ class _Turn:
         )
         await self.append("tool", [block])
         self.ctx.tool_finished(call, result, duration_ms)
-
-
-def _timed(read: Callable[[], list[Message]]) -> tuple[list[Message], float]:
-    """What ``read`` returned, and how long it took (seconds)."""
-    started = time.perf_counter()
-    history = read()
-    return history, time.perf_counter() - started
 
 
 def _ms_since(started: float) -> int:

@@ -30,6 +30,13 @@ appends to one session are serialised by its lock. The end is read once with
 closes the descriptor first, so the next append re-reads it. All file I/O here
 goes through module-level ``os.<function>`` names (and ``open``), which the
 crash tests' lossy disk replaces.
+
+**Reading what is new.** A model request reads only the lines appended since
+the last one (host/views.py): ``read_from`` an offset, ``slices`` to decode a
+long stretch a bounded piece at a time, ``chunks_back`` and ``lines_marked`` to
+find the last cut by a byte search from the end. Such an offset stays good while
+the session's ``generation`` does: ``forget`` — which every cut, replacement or
+removal calls first — counts a new one.
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ _decoder = msgspec.json.Decoder(Line)
 # takes half the time of decoding MessageLines and copying each into a Message.
 _message_decoder = msgspec.json.Decoder(Message)
 _message_lines = msgspec.json.Decoder(list[Message])
+SLICE_BYTES = 1 << 20  # what one decoding call of a transcript's lines takes at most (a longer line aside): ~3 ms
 
 
 def encode_line(line: Line) -> bytes:
@@ -100,6 +108,14 @@ def as_message(line: MessageLine) -> Message:
 def decode_message(raw: bytes) -> Message:
     """A line known to be a message line (the index points only at those), as a Message."""
     return _message_decoder.decode(raw)
+
+
+def decode_messages(lines: bytes) -> list[Message]:
+    """Whole message lines, in one pass: a line never holds a raw newline (JSON escapes it), so the
+    lines joined by commas are a JSON array."""
+    if not lines:
+        return []
+    return _message_lines.decode(b"[%s]" % lines[:-1].replace(b"\n", b","))
 
 
 class _Tail:
@@ -136,6 +152,7 @@ class Transcripts:
         self._open_lock = threading.Lock()
         self._max_open = max_open
         self._locks: dict[str, threading.Lock] = {}
+        self._generations: dict[str, int] = {}  # session id -> how many times its file was cut, replaced or removed
 
     def lock(self, session_id: str) -> threading.Lock:
         """The lock that serialises one session's appends and cuts (and guards its kept handle)."""
@@ -228,8 +245,10 @@ class Transcripts:
                 return
 
     def forget(self, session_id: str) -> None:
-        """Close the session's kept handle (before its file is cut, replaced or removed)."""
+        """Close the session's kept handle (before its file is cut, replaced or removed), and count a
+        new ``generation`` of it."""
         with self._open_lock:
+            self._generations[session_id] = self._generations.get(session_id, 0) + 1
             tail = self._open.pop(session_id, None)
         if tail is not None:
             os.close(tail.fd)
@@ -240,6 +259,12 @@ class Transcripts:
                 os.close(tail.fd)
             self._open.clear()
 
+    def generation(self, session_id: str) -> int:
+        """How many times this process has cut, replaced or removed the session's transcript (``forget``
+        counts them). Bytes read from it stay true while this number stays the same: the file only
+        grows at its end in between."""
+        return self._generations.get(session_id, 0)
+
     def read_range(self, session_id: str, start: int, end: int) -> bytes:
         with open(self.path(session_id), "rb") as f:
             f.seek(start)
@@ -248,10 +273,9 @@ class Transcripts:
     def messages(self, session_id: str) -> list[Message]:
         """Every message line of a whole transcript, in order (what ``scan`` finds, faster).
 
-        Each request of a turn reads its history this way, so it is decoded in one
-        pass: a line never holds a raw newline (JSON escapes it), so the lines after
-        the header, joined by commas, are a JSON array. A torn or garbage tail makes
-        that fail; then the lines are read one by one, up to the first bad one.
+        Decoded in one pass (``decode_messages``). A torn or garbage tail makes that
+        fail; then the lines are read one by one, up to the first bad one. (A model
+        request reads only what is new: host/views.py and the methods below.)
         """
         with open(self.path(session_id), "rb") as f:
             data = f.read()
@@ -260,10 +284,96 @@ class Transcripts:
             return []
         if body.endswith(b"\n"):
             try:
-                return _message_lines.decode(b"[%s]" % body[:-1].replace(b"\n", b","))
+                return decode_messages(body)
             except msgspec.DecodeError:
                 pass
         return [as_message(s.line) for s in self.scan(session_id).lines if isinstance(s.line, MessageLine)]
+
+    # ---- reading parts of a transcript (the model's view, host/views.py) --------------------------
+
+    def body_start(self, session_id: str) -> int:
+        """The offset of the first message line: just past the header."""
+        with open(self.path(session_id), "rb") as f:
+            return len(f.readline())
+
+    def complete_end(self, session_id: str) -> int:
+        """The end of the transcript's last whole line (a line being appended, or a torn tail, not counted)."""
+        with open(self.path(session_id), "rb") as f:
+            end = os.fstat(f.fileno()).st_size
+            step = 64 * 1024
+            while end > 0:
+                start = max(0, end - step)
+                f.seek(start)
+                data = f.read(end - start)
+                if data.endswith(b"\n"):
+                    return end
+                newline = data.rfind(b"\n")
+                if newline >= 0:
+                    return start + newline + 1
+                end = start
+            return 0
+
+    def read_from(self, session_id: str, start: int, most: int | None = None) -> tuple[bytes, bool] | None:
+        """The whole lines from ``start`` on, and whether there were more than ``most`` bytes to read (then
+        none are returned). None if the file now ends before ``start`` (it was cut)."""
+        with open(self.path(session_id), "rb") as f:
+            if os.fstat(f.fileno()).st_size < start:
+                return None
+            f.seek(start)
+            data = f.read() if most is None else f.read(most + 1)
+        if most is not None and len(data) > most:
+            return b"", True
+        return data[:data.rfind(b"\n") + 1], False
+
+    def slices(self, session_id: str, start: int, end: int, size: int = SLICE_BYTES) -> Iterator[bytes]:
+        """The whole lines in [``start``, ``end``) in slices of about ``size`` bytes (a longer line whole),
+        oldest first: each is decoded in one call that holds the GIL, so none may be large."""
+        with open(self.path(session_id), "rb") as f:
+            f.seek(start)
+            carry = b""
+            pos = start
+            while pos < end:
+                data = carry + f.read(min(size, end - pos))
+                pos += len(data) - len(carry)
+                if len(data) == len(carry):
+                    break  # (the file ends before ``end``: it was cut meanwhile)
+                whole = data.rfind(b"\n") + 1
+                carry = data[whole:]
+                if whole:
+                    yield data[:whole]
+
+    def chunks_back(self, session_id: str, start: int, end: int, size: int = SLICE_BYTES) -> Iterator[tuple[int, bytes]]:
+        """The whole lines in [``start``, ``end``) in chunks of about ``size`` bytes, newest first, as
+        (offset, bytes). ``start`` and ``end`` must be line boundaries (``body_start``, ``complete_end``)."""
+        with open(self.path(session_id), "rb") as f:
+            pos = end
+            while pos > start:
+                low = max(start, pos - size)
+                f.seek(low)
+                data = f.read(pos - low)
+                if low > start:  # the first line may have begun before ``low``: it comes with the next chunk
+                    first = data.find(b"\n") + 1
+                    if first == len(data):  # one line longer than the chunk: read more at once
+                        size *= 2
+                        continue
+                    low, data = low + first, data[first:]
+                yield low, data
+                pos = low
+
+    def lines_marked(self, session_id: str, markers: tuple[bytes, ...], start: int, end: int
+                     ) -> Iterator[tuple[int, bytes]]:
+        """The lines in [``start``, ``end``) holding any of ``markers``, newest first, as (offset, line):
+        found by a byte search, so a transcript is read whole without decoding a line that has none."""
+        for low, data in self.chunks_back(session_id, start, end):
+            starts: set[int] = set()
+            for marker in markers:
+                at = data.rfind(marker)
+                while at >= 0:
+                    line = data.rfind(b"\n", 0, at) + 1
+                    starts.add(line)
+                    at = data.rfind(marker, 0, line)
+            for line in sorted(starts, reverse=True):
+                yield low + line, data[line:data.index(b"\n", line) + 1]
 
     def scan(self, session_id: str, start: int = 0) -> Scan:
         """Decode complete lines from ``start``; stop at the first torn or garbage line."""

@@ -158,7 +158,7 @@ async def test_a_pending_plan_is_in_the_note_as_not_approved(make_host, provider
     provider.enqueue(s["id"], submit_plan())
     turn = await prompt(host, s["id"])
     approval = (await plan_requested(sub)).approval
-    note = host.compactions.note(s["id"], None, [])
+    note = host.compactions.note(s["id"], None)
     assert f"A plan awaits the user's decision: {approval.artifact_path} (sha256 {approval.artifact_sha256})" in note
     assert "It is not approved" in note and "Mode: Plan" in note
     await host.call("plans.resolve", {"approvalId": approval.id, "sessionId": s["id"], "turnId": turn["turnId"],

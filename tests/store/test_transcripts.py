@@ -68,3 +68,53 @@ def test_messages_in_one_pass_are_what_a_line_by_line_scan_finds_whatever_the_ta
 def test_a_transcript_with_only_its_header_has_no_messages(tmp_path: Path):
     transcripts, _ = _transcript_with_messages(tmp_path, 0)
     assert transcripts.messages("s") == []
+
+
+# ---- reading parts of a transcript (the model's view, host/views.py) ----------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+lines_of = st.lists(st.tuples(st.integers(0, 5000), st.booleans()), min_size=0, max_size=40).map(
+    lambda rows: [("x" * size + (' "mark"' if marked else "") + "\n").encode() for size, marked in rows])
+
+
+@settings(max_examples=60, deadline=None)
+@given(lines_of, st.sampled_from([b"", b'{"t":"message","id":"to']), st.integers(16, 3000))
+def test_reading_backwards_forwards_and_by_marker_covers_every_whole_line_once(tmp_path_factory, lines, tail, size):
+    """Chunks read backwards and slices read forwards are the whole lines after the header, each once, in
+    order, however the lines fall across the chunk size (one longer than it too); a torn tail is not a
+    line; the marked lines are found newest first; ``read_from`` gives whole lines only."""
+    transcripts = Transcripts(tmp_path_factory.mktemp("t"))
+    transcripts.create("s", [b'{"t":"session"}\n', *lines])
+    with transcripts.path("s").open("ab") as f:
+        f.write(tail)
+    start, end = transcripts.body_start("s"), transcripts.complete_end("s")
+    body = b"".join(lines)
+    assert (start, end) == (16, 16 + len(body))
+    back = list(transcripts.chunks_back("s", start, end, size))
+    assert b"".join(data for _at, data in reversed(back)) == body
+    assert all(data.endswith(b"\n") and transcripts.read_range("s", at, at + len(data)) == data for at, data in back)
+    assert b"".join(transcripts.slices("s", start, end, size)) == body
+    marked = [line for line in lines if b'"mark"' in line]
+    found = list(transcripts.lines_marked("s", (b'"mark"', b'"nothing"'), start, end))
+    assert [line for _at, line in found] == marked[::-1]
+    assert all(transcripts.read_range("s", at, at + len(line)) == line for at, line in found)
+    assert transcripts.read_from("s", start) == (body, False)
+    assert transcripts.read_from("s", start, most=len(body) + len(tail)) == (body, False)
+    if body:
+        assert transcripts.read_from("s", start, most=len(body) + len(tail) - 1) == (b"", True)
+    assert transcripts.read_from("s", end + len(tail) + 1) is None  # (past the end: it was cut)
+
+
+def test_every_cut_replacement_or_removal_counts_a_new_generation(tmp_path: Path):
+    transcripts = Transcripts(tmp_path)
+    transcripts.create("s", [b"h\n"])
+    seen = [transcripts.generation("s")]
+    transcripts.append("s", b"a\n")
+    assert transcripts.generation("s") == seen[-1]  # an append is not a change of what was read
+    for change in (lambda: transcripts.truncate("s", 2), lambda: transcripts.quarantine_tail("s", 2),
+                   lambda: transcripts.create("s", [b"h\n"]), lambda: transcripts.delete("s")):
+        change()
+        assert transcripts.generation("s") > seen[-1]
+        seen.append(transcripts.generation("s"))
