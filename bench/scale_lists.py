@@ -220,7 +220,7 @@ async def _slow_client(data_dir: Path, publish_rate: float, read_rate: float | N
     # The silent client has no keepalive of its own: its library would wait for the host's pong behind
     # what it never reads, and close the connection itself after 40 s.
     ws = await connect(f"ws://127.0.0.1:{port}/rpc", additional_headers={"Authorization": f"Bearer {token}"},
-                       proxy=None, compression=None, **({} if read_rate is not None else {"ping_interval": None}))
+                       proxy=None, compression=None, ping_interval=20.0 if read_rate is not None else None)
     first = bus.seq + 1
 
     async def publish() -> None:
