@@ -9,6 +9,7 @@ about (``HostConfig.config_dir``; pidesk.host.instructions), wherever the config
 
     model = "openai/gpt-4.1"          # the default model (else: demo, built in and offline)
     approval_timeout = 1800           # seconds a submitted plan waits for a decision
+    notification_retention_days = 30  # notifications older than this are deleted, seen or not
     strict_planning = false           # true: Bash in Plan/Goal cannot write even the root, even under auto
     http_transport = "pidesk"         # plain-http:// model servers: pidesk's lean transport; "httpx": httpx's
     max_retries = 10                  # retries of a failed model request (PIDESK_MAX_RETRIES, --max-retries)
@@ -71,6 +72,7 @@ from pidesk.providers.windows import DEFAULT_WINDOW, window_of
 from pidesk.runtime.gate import DEFAULT_SLOTS
 
 DEFAULT_APPROVAL_TIMEOUT = 1800.0
+DEFAULT_NOTIFICATION_RETENTION_DAYS = 30.0
 DEFAULT_CONTEXT_LIMIT = DEFAULT_WINDOW
 DEFAULT_COMPACT_AT = 0.85
 # What a HostConfig built without from_environ gets: the sandbox on. A test run on a machine without
@@ -126,6 +128,8 @@ class HostConfig:
     models: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
     # how long a provider keeps trying: retries, Retry-After cap, stream idle time (providers/retry.py)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # notifications older than this many days are deleted, seen or not (pidesk.host.notifications)
+    notification_retention_days: float = DEFAULT_NOTIFICATION_RETENTION_DAYS
 
     def __post_init__(self) -> None:
         # absolute: git runs in a project's root, Bash in its cwd, and a relative data dir
@@ -185,6 +189,7 @@ class HostConfig:
             models={k: v for k, v in file.get("models", {}).items() if isinstance(v, dict)},
             lean_http=_http_transport(env, file) == "pidesk" and not any(env.get(name) for name in _PROXY_VARIABLES),
             retry=_retry_policy(env, file, max_retries),
+            notification_retention_days=_retention_days(env, file),
             faults=Faults(
                 frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
                 env.get("PIDESK_FAULT_ACTION", "kill"),
@@ -243,6 +248,22 @@ def _retry_policy(env: Mapping[str, str], file: Mapping[str, Any], max_retries: 
         retry_after_cap=number("PIDESK_RETRY_AFTER_CAP", "retry_after_cap", defaults.retry_after_cap, float, 0),
         idle_timeout=number("PIDESK_STREAM_IDLE_TIMEOUT", "stream_idle_timeout", defaults.idle_timeout, float, 0.001),
     )
+
+
+def _retention_days(env: Mapping[str, str], file: Mapping[str, Any]) -> float:
+    """``PIDESK_NOTIFICATION_RETENTION_DAYS`` > the file's ``notification_retention_days`` > 30: a number
+    of days of at least 1 (a fraction allowed); anything else is refused, naming its source."""
+    variable, key = "PIDESK_NOTIFICATION_RETENTION_DAYS", "notification_retention_days"
+    source, raw = (variable, env[variable]) if env.get(variable) else (f"{key} in the config file", file.get(key))
+    if raw is None:
+        return DEFAULT_NOTIFICATION_RETENTION_DAYS
+    try:
+        days = float(raw) if not isinstance(raw, bool) else None
+    except (TypeError, ValueError):
+        days = None
+    if days is None or not 1 <= days < 1e6:
+        raise InvalidParams(f"{source} = {raw!r}: it takes a number of days of at least 1", Code.INVALID_PARAMS)
+    return days
 
 
 # What every command's environment may carry (issue 28): a command needs these to behave as in a

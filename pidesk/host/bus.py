@@ -7,7 +7,10 @@ or ``max_bytes`` bytes of events (their encoded size), behind is dropped — its
 queue is emptied, it leaves the bus, ``on_drop`` is called and its next read
 raises ``FellBehind``. So a client that stops reading costs the host a bounded
 amount of memory, and the host never waits for it. Events are published only
-after what they announce is durable.
+after what they announce is durable. A client connection's events are behind
+until the client confirms reading them: those it was sent and has not confirmed
+(its ``downstream``, e.g. a WebSocket's window) count toward the bound with those
+waiting in the queue.
 
 An event's weight is estimated from its strings when it is published (cheap: no
 encoding in the publisher's step), and its JSON is encoded once, lazily, by the
@@ -22,6 +25,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 import msgspec
 
@@ -49,6 +53,16 @@ class _Encoded:
         return self._json
 
 
+class Downstream(Protocol):
+    """Events taken from a subscription and not yet confirmed read by its client (and their bytes)."""
+
+    @property
+    def events(self) -> int: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+
 class FellBehind(Exception):
     """The subscriber fell too far behind and was dropped: re-read the state to catch up."""
 
@@ -64,17 +78,23 @@ class Subscription:
         self.max_bytes: int | None = None
         self.dropped = False
         self.on_drop: Callable[[], None] | None = None  # called (once) when the bus drops this subscriber
+        self.downstream: Downstream | None = None  # behind too: taken, not yet confirmed read
 
     def bound(self, max_events: int, max_bytes: int) -> Subscription:
-        """Drop this subscriber once more than ``max_events`` events or ``max_bytes`` bytes wait in it."""
+        """Drop this subscriber once more than ``max_events`` events or ``max_bytes`` bytes are behind:
+        waiting in it, or taken and not confirmed read (``downstream``)."""
         self.max_events, self.max_bytes = max_events, max_bytes
         self._bus._weighed.add(self)
         return self
 
     def _put(self, seq: int, event: _Encoded, weight: int) -> bool:
         """Queue one event; False when that would put this subscriber past its bound."""
-        if self._items and ((self.max_events is not None and len(self._items) >= self.max_events)
-                            or (self.max_bytes is not None and self._bytes + weight > self.max_bytes)):
+        events, size = len(self._items), self._bytes
+        if self.downstream is not None:
+            events += self.downstream.events
+            size += self.downstream.nbytes
+        if events and ((self.max_events is not None and events >= self.max_events)
+                       or (self.max_bytes is not None and size + weight > self.max_bytes)):
             return False
         self._items.append((seq, event, weight))
         self._bytes += weight

@@ -38,6 +38,7 @@ from pidesk.host.executions import Executions
 from pidesk.host.forks import Forks
 from pidesk.host.instructions import Instructions, listing
 from pidesk.host.live import Live, LiveTurn
+from pidesk.host.notifications import Notifications
 from pidesk.host.parts import Parts
 from pidesk.host.permissions import Permissions
 from pidesk.host.queue import Queue
@@ -81,12 +82,14 @@ class Host:
         self.delegates = Delegates(p, self.permissions, self.instructions)
         self.schedules = Schedules(p, self.sessions, self.turns, clock)
         self.compactions = Compactions(p)
+        self.notifications = Notifications(p, clock)
         self.turns.context_factory = self._context
         self.turns.after_turn = self._after_turn
         self.recovery: Recovery | None = None
         self._sandbox: SandboxStatus | None = None
         self._sandbox_at = 0.0  # when it was last found (time.monotonic)
         self._scheduler: asyncio.Task[None] | None = None
+        self._pruner: asyncio.Task[None] | None = None
         self.hooks: EventHooks | None = None
         if config.mcp_servers:
             from pidesk.plugins.mcp_tools import McpTools
@@ -142,14 +145,18 @@ class Host:
             self.hooks.deliver(turn_ended_payload(payload))
 
     def start_scheduler(self) -> None:
-        """Fire schedules from now on (a long-running host; the CLI's one-shot hosts do not)."""
+        """Fire schedules from now on, and prune old notifications now and every hour (a long-running
+        host; the CLI's one-shot hosts do neither)."""
         if self._scheduler is None:
             self._scheduler = asyncio.create_task(self.schedules.run_forever(), name="scheduler")
+        if self._pruner is None:
+            self._pruner = asyncio.create_task(self.notifications.run_forever(), name="notification pruner")
 
     async def close(self) -> None:
-        if self._scheduler is not None:
-            self._scheduler.cancel()
-            await asyncio.gather(self._scheduler, return_exceptions=True)
+        for task in (self._scheduler, self._pruner):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.turns.shutdown()
         await checkpoints.of(self.parts).close()
         await self.schedules.close()
@@ -494,19 +501,12 @@ class Host:
 
     # ---- notifications.* / audit.* ------------------------------------------------------------
 
-    async def notifications_list(self, unseen_only: Any = None) -> dict[str, Any]:
-        if unseen_only is not None and not isinstance(unseen_only, bool):
-            raise InvalidParams("unseenOnly must be true or false")
-        with self.store.db.read() as db:
-            return {"notifications": repo.notifications(db, bool(unseen_only))}
+    async def notifications_list(self, unseen_only: Any = None, limit: Any = None,
+                                 cursor: Any = None) -> dict[str, Any]:
+        return await self.notifications.list(unseen_only, limit, cursor)
 
     async def notifications_mark_seen(self, ids: Any = None, session_id: Any = None) -> dict[str, Any]:
-        if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
-            raise InvalidParams("ids must be a list of notification ids")
-        if session_id is not None:
-            session_id = self.parts.session(validate.ident(session_id, "sessionId")).id
-        with self.store.db.tx() as db:
-            repo.mark_seen(db, ids=ids, session_id=session_id)
+        self.notifications.mark_seen(ids, session_id)
         return {}
 
     async def audit_list(self, session_id: Any = None, limit: Any = None) -> dict[str, Any]:

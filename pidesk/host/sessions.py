@@ -14,7 +14,6 @@ changes nothing, its title included.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from pathlib import Path
@@ -25,7 +24,7 @@ from pidesk.core.events import SessionDeleted
 from pidesk.core.modes import Mode, PermissionMode, PlanState, SessionStatus
 from pidesk.core.records import Session
 from pidesk.core.transitions import ModeCause, change_mode
-from pidesk.host import validate
+from pidesk.host import paging, validate
 from pidesk.host.parts import Parts
 from pidesk.ids import new_id, now_iso
 from pidesk.store import repo
@@ -34,10 +33,6 @@ from pidesk.store import repo
 log = logging.getLogger("pidesk.sessions")
 PROMPT_TITLE = 60  # characters of the first prompt that name an untitled session
 _SPACE = re.compile(r"\s+")
-DEFAULT_LIST_PAGE = 100  # sessions in a session.list page when a client pages without a limit
-MAX_LIST_PAGE = 1000
-LIST_SLICE = 500  # sessions read at a time for an unpaged session.list
-_CURSOR_SEP = "|"  # a cursor: "<created_at>|<id>" of the last session of the page before (opaque to clients)
 
 
 class Sessions:
@@ -84,30 +79,22 @@ class Sessions:
         return session
 
     async def list(self, project_path: Any = None, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
-        """``session.list``. With ``limit`` (or ``cursor``): a page, newest first, and the cursor of the
-        next (None after the last). Without: every session, oldest first, as before paging — read a
-        slice at a time with the loop given a turn between (at 10,000 sessions one read held it
-        ~80 ms, and a batch of them seconds)."""
+        """``session.list``, paged as ``paging`` says (at 10,000 sessions one unpaged read held the
+        loop ~80 ms, and a batch of them seconds)."""
         if project_path is not None:
             project_path = str(validate.project_dir(project_path, must_exist=False))
         if limit is None and cursor is None:
-            every: list[Session] = []
-            for _ in range(1_000_000 // LIST_SLICE):
+            def read(after: paging.Key | None, count: int) -> list[Session]:
                 with self.p.store.db.read() as db:
-                    page = repo.list_sessions(db, project_path, limit=LIST_SLICE,
-                                              after=_key(every[-1]) if every else None)
-                every += page
-                if len(page) < LIST_SLICE:
-                    break
-                await asyncio.sleep(0)
-            return {"sessions": every, "nextCursor": None}
-        count = validate.positive_int(limit, "limit", DEFAULT_LIST_PAGE, MAX_LIST_PAGE)
-        after = _cursor(cursor) if cursor is not None else None
+                    return repo.list_sessions(db, project_path, limit=count, after=after)
+
+            return {"sessions": await paging.every(read, _key), "nextCursor": None}
+        count = paging.page_size(limit)
+        after = paging.parse_cursor(cursor, "session.list") if cursor is not None else None
         with self.p.store.db.read() as db:
-            page = repo.list_sessions(db, project_path, limit=count + 1, after=after, newest_first=True)
-        more = len(page) > count
-        page = page[:count]
-        return {"sessions": page, "nextCursor": _CURSOR_SEP.join(_key(page[-1])) if more else None}
+            rows = repo.list_sessions(db, project_path, limit=count + 1, after=after, newest_first=True)
+        sessions, next_cursor = paging.page(rows, count, _key)
+        return {"sessions": sessions, "nextCursor": next_cursor}
 
     def delete(self, session_id: Any) -> None:
         session = self.p.session(validate.ident(session_id, "sessionId"))
@@ -211,12 +198,3 @@ def _default_title(project_path: str | None) -> str:
 
 def _key(session: Session) -> tuple[str, str]:
     return session.created_at, session.id
-
-
-def _cursor(value: Any) -> tuple[str, str]:
-    """A ``nextCursor`` given back: INVALID_PARAMS if it is not one this host made."""
-    if isinstance(value, str) and len(value) <= 200:
-        created_at, sep, session_id = value.partition(_CURSOR_SEP)
-        if sep and created_at and session_id:
-            return created_at, session_id
-    raise InvalidParams(f"cursor must be a nextCursor from session.list; got {validate.brief(value)}")

@@ -5,12 +5,15 @@ Each WebSocket connection is one client: it gets its own id (for
 ``seq`` order, and its requests are served concurrently (a long ``agent.abort``
 does not hold up a ``session.get``). Closing the connection drops its focus.
 
-A WebSocket client costs the host bounded memory however it behaves: a send
-waits for the socket to drain (uvicorn's write buffer stops at its high-water
-mark), so the events a client has not read wait in its bus subscription, which
-is bounded (``DoorLimits.max_behind_events``/``max_behind_bytes``: PROTOCOL.md
-"Limits"); past that the client is dropped and closed with 1013 at once (the
-close frame queued behind what it has not read), to reconnect and re-read state.
+A WebSocket client costs the host bounded memory however it behaves: it is sent
+at most a window of events it has not confirmed reading (``protocol.Window``: a
+pong to a ping placed after them), so the events a client has not read wait in
+its bus subscription, which counts the unconfirmed ones too and is bounded
+(``DoorLimits.max_behind_events``/``max_behind_bytes``: PROTOCOL.md "Limits");
+past that the client is dropped and closed with 1013 at once (the close frame
+queued behind what it has not read), to reconnect and re-read state. A client
+reading slowly is neither closed earlier (the keepalive waits for it: protocol.py)
+nor later (its own kernel's buffers do not hide events from the count).
 At most ``MAX_IN_FLIGHT`` of a connection's requests run at once; the next frame
 is read when one finishes.
 """
@@ -36,7 +39,7 @@ from pidesk.host.bus import FellBehind
 from pidesk.ids import new_id
 from pidesk.server import rpc
 from pidesk.server.door import Door
-from pidesk.server.protocol import CLOSE_NOW, SEND_UTF8, DoorLimits
+from pidesk.server.protocol import CLOSE_NOW, SEND_UTF8, WINDOW, DoorLimits, Window
 
 log = logging.getLogger("pidesk.server")
 STATIC = Path(__file__).parent.parent / "ui" / "static"
@@ -78,25 +81,31 @@ def create_app(host: Host, token: str, port: Callable[[], int], extra_hosts: tup
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         close_now: Callable[[int, str], None] | None = websocket.scope.get("extensions", {}).get(CLOSE_NOW)
         send_utf8: Callable[[bytes], Awaitable[None]] | None = websocket.scope.get("extensions", {}).get(SEND_UTF8)
+        window: Window | None = websocket.scope.get("extensions", {}).get(WINDOW)
+        subscription.downstream = window
 
         async def send(payload: Any) -> None:
             await send_frame(rpc.encode(payload))
 
-        async def send_frame(frame: bytes) -> None:
+        async def send_frame(frame: bytes, *, event: bool = False) -> None:
             async with send_lock:
                 with contextlib.suppress(WebSocketDisconnect, RuntimeError, OSError):  # the client went away
                     if send_utf8 is not None and len(frame) > LARGE_FRAME:
                         await send_utf8(frame)  # in fragments, the event loop free between them
                     else:
                         await websocket.send_text(frame.decode())
+                    if window is not None:
+                        window.sent(len(frame), event=event)
 
         async def push_events() -> None:
             with contextlib.suppress(FellBehind):
                 while True:
+                    if window is not None:
+                        await window.room()  # the rest waits in the subscription, counted as behind
                     seq, encoded = await subscription.next_encoded()
                     if len(encoded) > LARGE_FRAME:
                         await asyncio.sleep(0)  # its encoding held the loop: others go before its framing
-                    await send_frame(rpc.event_frame(seq, encoded))
+                    await send_frame(rpc.event_frame(seq, encoded), event=True)
 
         def fell_behind() -> None:
             pusher.cancel()  # it may be waiting for the socket to drain, which a stalled reader never lets happen

@@ -89,6 +89,7 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
     http, ws = protocols(options.limits)
     server = uvicorn.Server(uvicorn.Config(
         app, http=http, ws=ws, ws_max_size=MAX_FRAME, log_level="warning",
+        ws_ping_interval=options.limits.ping_interval, ws_ping_timeout=options.limits.ping_timeout,
         lifespan="off", timeout_graceful_shutdown=5, access_log=False,
     ))
     config_ = server.config

@@ -295,3 +295,18 @@ def m012_context_window(db: sqlite3.Connection) -> None:
     from its transcript, where each is a message: a count here could disagree after a crash.)"""
     db.execute("ALTER TABLE sessions ADD COLUMN context_tokens INTEGER NOT NULL DEFAULT 0")
     db.execute("ALTER TABLE plan_approvals ADD COLUMN context TEXT NOT NULL DEFAULT 'keep'")
+
+
+@migration
+def m013_notification_pages(db: sqlite3.Connection) -> None:
+    """``notifications.list`` pages newest first by (created_at, id), all of them or the unseen ones, and
+    old ones are pruned by created_at (issue 33: at 100,000 every list read and sent the whole table). The
+    unseen index gains the id and replaces m007's."""
+    run_script(
+        db,
+        """
+        CREATE INDEX notifications_created ON notifications(created_at, id);
+        DROP INDEX notifications_unseen;
+        CREATE INDEX notifications_unseen ON notifications(created_at, id) WHERE seen_at IS NULL;
+        """,
+    )

@@ -36,7 +36,7 @@ MIGRATIONS = {"m002_plan_approvals": (1, V1_TABLES), "m003_queue_notifications_a
               "m006_schedules": (5, V3_TABLES), "m007_indexes_for_growing_tables": (6, V6_TABLES),
               "m008_cache_read_write_usage": (7, V6_TABLES), "m009_turn_error_message": (8, V6_TABLES),
               "m010_permission_preview": (9, V6_TABLES), "m011_session_list_order": (10, V6_TABLES),
-              "m012_context_window": (11, V6_TABLES)}
+              "m012_context_window": (11, V6_TABLES), "m013_notification_pages": (12, V6_TABLES)}
 
 
 def test_every_migration_is_in_the_crash_matrix() -> None:

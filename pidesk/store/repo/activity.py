@@ -100,9 +100,30 @@ def insert_notification(db: sqlite3.Connection, session_id: str, turn_id: str, k
     return note
 
 
-def notifications(db: sqlite3.Connection, unseen_only: bool) -> list[Notification]:
-    where = "WHERE seen_at IS NULL" if unseen_only else ""
-    return [_note(r) for r in db.execute(f"SELECT {_NOTE_COLS} FROM notifications {where} ORDER BY created_at, rowid")]
+def notifications(db: sqlite3.Connection, unseen_only: bool, *, limit: int = -1,
+                  after: tuple[str, str] | None = None, newest_first: bool = False) -> list[Notification]:
+    """Notifications by (created_at, id) (``newest_first``: the other way), the unseen ones only when
+    ``unseen_only``; at most ``limit`` (-1: all), starting past the one whose (created_at, id) is ``after``."""
+    where, args = [], []
+    if unseen_only:
+        where.append("seen_at IS NULL")
+    if after is not None:
+        where.append("(created_at, id) < (?, ?)" if newest_first else "(created_at, id) > (?, ?)")
+        args += list(after)
+    order = "DESC" if newest_first else "ASC"
+    rows = db.execute(
+        f"SELECT {_NOTE_COLS} FROM notifications {'WHERE ' + ' AND '.join(where) if where else ''}"
+        f" ORDER BY created_at {order}, id {order} LIMIT ?", (*args, limit),
+    )
+    return [_note(r) for r in rows]
+
+
+def prune_notifications(db: sqlite3.Connection, before: str, limit: int) -> int:
+    """Delete at most ``limit`` notifications created before ``before`` (an ISO time), oldest first; how many."""
+    return db.execute(
+        "DELETE FROM notifications WHERE rowid IN"
+        " (SELECT rowid FROM notifications WHERE created_at < ? ORDER BY created_at LIMIT ?)", (before, limit),
+    ).rowcount
 
 
 def mark_seen(db: sqlite3.Connection, *, ids: list[str] | None = None, session_id: str | None = None) -> int:
