@@ -23,6 +23,7 @@ performance.mark('pidesk:script');
 
 const $ = (id) => document.getElementById(id);
 const PAGE = 200;
+const SESSION_PAGE = 100; // sessions read at a time (session.list pages newest first); boot.js asks the same
 const MODES = ['agent', 'plan', 'goal'];
 const PERMISSIONS = ['ask', 'accept-edits', 'auto'];
 
@@ -76,6 +77,7 @@ const {
   deleteSession,
   contextWindow: () => contextLine.window(),
   compact: (id) => compact(id),
+  loadOlder: () => loadOlderSessions(),
 });
 
 const schedulesPanel = createSchedules(el, { rpc, toast: (what, kind) => toast(what, kind) });
@@ -126,16 +128,39 @@ async function probe() {
 function renderConn() {
   const text = {
     connecting: 'connecting…', open: 'connected', reconnecting: 'reconnecting…', failed: 'host refused the client',
-    unauthorized: 'the token was rejected',
+    unauthorized: 'the token was rejected', notoken: 'no token',
   }[S.conn] || S.conn;
   el.conn.className = `conn conn-${S.conn}`;
   el.conn.textContent = text;
-  const down = S.conn !== 'open';
-  el.banner.hidden = !down || S.conn === 'connecting';
-  el.banner.textContent = S.conn === 'unauthorized'
-    ? 'The host rejected this page’s token. Open the URL that `pidesk serve` printed (it ends in ?token=…).'
-    : 'Lost the connection to the host. Reconnecting… Everything is kept by the host and comes back when it does.';
+  const locked = S.conn === 'unauthorized' || S.conn === 'notoken';
+  el.banner.hidden = S.conn === 'open' || S.conn === 'connecting';
+  el.banner.classList.toggle('banner-locked', locked);
+  el.banner.textContent = {
+    notoken: 'This page was opened without the host’s token, so it cannot connect: open the address `pidesk serve` printed (it ends in ?token=…).',
+    unauthorized: 'The host refused this page’s token: open the address `pidesk serve` printed this time (it ends in ?token=…).',
+  }[S.conn] || 'Lost the connection to the host. Reconnecting… Everything is kept by the host and comes back when it does.';
+  if (locked) renderLocked();
   renderComposer();
+}
+
+// Without the host's token nothing can be read: say, where the transcript would be, how to get in.
+// The token reaches the page only in its address (?token=…, as `pidesk serve` prints it).
+function renderLocked() {
+  const address = `${location.origin}/?token=…`;
+  const refused = S.conn === 'unauthorized';
+  el.messages.classList.remove('loading');
+  el.empty.hidden = false;
+  el.empty.replaceChildren(h('section', { class: 'locked', role: 'region', 'aria-label': 'How to connect' },
+    h('h2', null, refused ? 'This is not the host’s token' : 'This page needs the host’s token'),
+    h('p', null, 'When it starts, ', h('code', null, 'pidesk serve'), ' prints a line like'),
+    h('pre', { class: 'locked-line' }, `pidesk serving at ${address}`),
+    h('p', null, 'and opens that address. Open that whole address, ', h('code', null, '?token='), ' and all: the token is what lets a page use this host.'),
+    h('ul', { class: 'empty-tips' },
+      refused && h('li', null, 'A host started with ', h('code', null, '--new-token'), ' or another ', h('code', null, '--token'),
+        ' locks out pages opened with the old one; a token cut short when copying is refused too.'),
+      h('li', null, 'Lost the line it printed? The token is kept in the file ', h('code', null, 'token'), ' in pidesk’s data directory (',
+        h('code', null, 'host.json'), ' beside it has the address): put it after ', h('code', null, '?token='), ' in this page’s address.'),
+      h('li', null, 'A host started with ', h('code', null, '--log-safe'), ' prints the address without its token, for the same reason.'))));
 }
 
 // What the page reads first, sent with host.hello in one frame (first load and every reconnect).
@@ -143,7 +168,9 @@ let wanted = null;
 function initialCalls() {
   S.resyncing = []; // events that arrive before the answers wait for them
   wanted = S.firstLoad ? urlSession : S.current;
-  const calls = [['session.list', {}], ['notifications.list', { unseenOnly: true }]];
+  // a reconnect reads again as many sessions as were shown (older pages are not kept apart)
+  const limit = S.firstLoad ? SESSION_PAGE : Math.min(1000, Math.max(SESSION_PAGE, S.sessions.size));
+  const calls = [['session.list', { limit }], ['notifications.list', { unseenOnly: true }]];
   if (wanted) calls.push(...sessionCalls(wanted));
   return calls;
 }
@@ -168,6 +195,9 @@ function resync(initial) {
 function takeSnapshot(first, list, notes, pre) {
   if (list instanceof Error) throw list;
   S.sessions = new Map(list.sessions.map((s) => [s.id, s]));
+  S.sessionCursor = list.nextCursor ?? null;
+  // the session asked for may be older than the first page: its own read brought it
+  if (wanted && !S.sessions.has(wanted) && pre[0] && !(pre[0] instanceof Error)) putSession(pre[0].session);
   S.unread = new Map();
   if (!(notes instanceof Error)) for (const n of notes.notifications) addUnread(n);
   const open = (id, options) => openSession(id, options).catch((err) => toast(err));
@@ -285,7 +315,7 @@ function applyOne(view, ev) {
     case 'plan.resolved':
       if (!putApproval(view, ev.approval)) break;
       transcript.renderApproval(ev.approval);
-      if (ev.type === 'plan.requested') transcript.scrollToBottom();
+      if (ev.type === 'plan.requested' && ev.approval.status === 'pending') transcript.reveal(ev.approval.id);
       renderHead();
       break;
     case 'execution.changed': {
@@ -409,6 +439,7 @@ async function openSession(id, { prefetched, keepComposer } = {}) {
   if (!(turns instanceof Error)) for (const t of turns.turns) view.turns.set(t.id, t);
   transcript.setMessages(got.messages);
   for (const a of view.approvals.values()) transcript.renderApproval(a);
+  if (got.pendingApproval) transcript.reveal(got.pendingApproval.id);
   view.loading = false;
   for (const ev of view.buffer.splice(0)) applyOne(view, ev);
   renderAll();
@@ -420,6 +451,26 @@ async function openSession(id, { prefetched, keepComposer } = {}) {
     view.ready = true;
     renderEarlier();
   }, 0));
+}
+
+// The sidebar's next page of sessions (older ones, by creation), on its button or when scrolled to.
+async function loadOlderSessions() {
+  const cursor = S.sessionCursor;
+  if (!cursor || S.loadingOlder) return;
+  S.loadingOlder = true;
+  renderSidebar();
+  try {
+    const page = await rpc.call('session.list', { limit: SESSION_PAGE, cursor });
+    if (S.sessionCursor !== cursor) return; // a reconnect read the list again meanwhile
+    for (const s of page.sessions) putSession(s);
+    S.sessionCursor = page.nextCursor ?? null;
+  } catch (err) {
+    toast(err);
+  } finally {
+    S.loadingOlder = false;
+    renderSidebar();
+    renderTabs();
+  }
 }
 
 function focusSession(id) {
@@ -522,10 +573,7 @@ function approvalDetails(a) {
       S.approvalDetails.set(a.id, det);
       const latest = S.view?.approvals.get(a.id);
       if (!latest) return;
-      const stick = transcript.atBottom();
-      transcript.renderApproval(latest);
-      if (stick && latest.status === 'pending') transcript.reveal(latest.id);
-      else if (stick) transcript.scrollToBottom();
+      transcript.renderApproval(latest); // the transcript keeps a pinned card or its bottom in view as it grows
     })().catch(() => S.approvalCache.delete(a.id));
     S.approvalCache.set(a.id, load);
   }
@@ -621,6 +669,7 @@ async function send() {
   const attachments = S.attachments.slice();
   let s = currentSession();
   setComposer('', []);
+  transcript.followBottom(); // what the prompt starts shows as it comes
   try {
     if (!s) {
       s = await rpc.call('session.create', {
@@ -837,6 +886,7 @@ function updateUrl() {
 // when; the class only says whether it is open).
 function setSidebar(open) {
   document.body.classList.toggle('sidebar-open', open);
+  el.scrim.hidden = !open; // the shade over the page: a tap on it closes the sidebar
   el.sidebarToggle.setAttribute('aria-expanded', open ? 'true' : 'false');
 }
 
@@ -906,6 +956,10 @@ el.addProject.addEventListener('click', () => {
   el.addProjectForm.hidden = !el.addProjectForm.hidden;
   if (!el.addProjectForm.hidden) el.addProjectInput.focus();
 });
+// Popovers close on a click outside them (what was typed in the project box stays for next time).
+document.addEventListener('click', (e) => {
+  if (!el.addProjectForm.hidden && !e.target.closest?.('#add-project-form, #add-project')) el.addProjectForm.hidden = true;
+});
 // "+ Project" asks the host whether the folder can be a project before it becomes a tab:
 // a missing folder is refused here, where it was typed, not on the first send.
 function projectError(text) {
@@ -971,9 +1025,10 @@ document.addEventListener('visibilitychange', () => {
 });
 setInterval(() => { if (document.visibilityState === 'visible') renderSidebar(); }, 60000); // "n min ago"
 
-renderConn();
-if (!token) {
-  el.banner.hidden = false;
-  el.banner.textContent = 'This page needs the token the host printed: open the URL from `pidesk serve` (it ends in ?token=…).';
+if (token) {
+  renderConn();
+  rpc.connect();
+} else {
+  S.conn = 'notoken'; // nothing to knock with: say how to get in rather than retry
+  renderConn();
 }
-rpc.connect();

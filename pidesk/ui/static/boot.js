@@ -11,7 +11,7 @@
   var session = query.get('session');
   var calls = [
     ['host.hello', { protocolVersion: 1, client: 'pidesk-web' }],
-    ['session.list', {}],
+    ['session.list', { limit: 100 }], // app.js's SESSION_PAGE
     ['notifications.list', { unseenOnly: true }],
   ];
   if (session) {

@@ -97,9 +97,11 @@ export function createComposer(el, act) {
     const running = !!s && s.status !== 'idle';
     el.stop.hidden = !running;
     el.abort.hidden = !running;
-    el.input.placeholder = isBusy
-      ? 'The agent is working — Enter queues this prompt, Esc aborts the turn'
-      : `Message the agent in ${MODE_LABEL[mode]} mode — Enter sends, Shift+Enter for a new line, Shift+Tab changes the mode`;
+    const locked = S.conn === 'notoken' || S.conn === 'unauthorized'; // nothing can be sent without the host's token
+    el.input.disabled = locked;
+    el.input.placeholder = locked ? 'Not connected: this page needs the host’s token (see above)'
+      : isBusy ? 'The agent is working — Enter queues this prompt, Esc aborts the turn'
+        : `Message the agent in ${MODE_LABEL[mode]} mode — Enter sends, Shift+Enter for a new line, Shift+Tab changes the mode`;
   }
 
   return { stashDraft, unstashDraft, setComposer, autosize, renderAttachments, upload, renderComposer, draftKey };

@@ -8,9 +8,10 @@ import { permissionCard, executionBadge } from './transcript.js';
 import { S, busy, currentSession, projects, sessionsIn, statusOf } from './state.js';
 
 const FILTER_FROM = 8; // sessions in a project before the sidebar offers a filter box
+const SHARED_START = 16; // characters two titles may share before the sidebar shows where they differ
 
 // ``act``: {openSession, selectProject, queueAction, resolvePermission, executionSummary, rename, deleteSession,
-//          contextWindow, compact}
+//          contextWindow, compact, loadOlder}
 export function createLayout(el, act) {
   function renderTabs() {
     const tabs = projects().map((key) => {
@@ -23,10 +24,22 @@ export function createLayout(el, act) {
       }, h('span', { class: 'tab-name' }, key ? basename(key) : 'Scratch'), unread ? h('span', { class: 'tab-unread', 'aria-label': `${unread} unread` }, String(unread)) : null);
     });
     el.tabs.replaceChildren(...tabs);
+    showActiveTab();
     const unread = [...S.unread.keys()].filter((id) => S.sessions.has(id)).length;
     el.toggleUnread.hidden = !unread;
     el.toggleUnread.textContent = unread ? String(unread) : '';
     renderTitle();
+  }
+
+  // The project tabs scroll sideways when they do not fit (a phone): keep the shown project's in view.
+  function showActiveTab() {
+    const tab = el.tabs.querySelector('.tab.active');
+    if (!tab) return;
+    const bar = el.tabs.getBoundingClientRect();
+    const box = tab.getBoundingClientRect();
+    const room = 4; // px kept beside it, so a fraction of a pixel never cuts it
+    if (box.left < bar.left + room) el.tabs.scrollLeft -= Math.ceil(bar.left + room - box.left);
+    else if (box.right > bar.right - room) el.tabs.scrollLeft += Math.ceil(Math.min(box.right - bar.right + room, box.left - bar.left - room));
   }
 
   // The tab's title counts the turns that finished unseen: "(2) pidesk".
@@ -108,6 +121,16 @@ export function createLayout(el, act) {
       h('button', { type: 'button', role: 'menuitem', class: 'danger', onclick: () => { menu.confirm = true; menu.error = null; renderSidebar(); } }, 'Delete…'));
   }
 
+  // A title cut to the sidebar's width must still tell its session from the others: where two
+  // titles share a long start, the part where they differ is kept in view and the shared start
+  // is what gets cut ("Refactor the…on submit"); a title no different from another's gets the
+  // session's start time and the tail of its id beside it.
+  function titleView(title, like) {
+    if (!like || like.same || like.from <= 0) return h('span', { class: 'session-title' }, title);
+    return h('span', { class: 'session-title split' },
+      h('span', { class: 'title-head' }, title.slice(0, like.from)), h('span', { class: 'title-tail' }, title.slice(like.from)));
+  }
+
   function matches(s) {
     const q = el.sessionFilter.value.trim().toLowerCase();
     return !q || s.title.toLowerCase().includes(q) || s.id === menu.renaming;
@@ -129,10 +152,12 @@ export function createLayout(el, act) {
     const filtering = all.length >= FILTER_FROM || !!el.sessionFilter.value;
     el.sessionFilter.hidden = !filtering;
     const shown = filtering ? all.filter(matches) : all;
+    const alike = lookalikes(shown);
     const items = shown.map((s) => {
       const [cls, label] = statusOf(s);
       const unread = S.unread.has(s.id);
       const active = s.id === S.current;
+      const like = alike.get(s.id);
       if (menu.renaming === s.id && menu.input) {
         return h('li', { class: 'session-li renaming' }, h('div', { class: `session-item${active ? ' active' : ''}`, dataset: { session: s.id } },
           h('span', { class: `dot status-${cls}`, 'aria-hidden': 'true' }), h('span', { class: 'session-main' }, menu.input)));
@@ -142,15 +167,18 @@ export function createLayout(el, act) {
         type: 'button', class: `session-item${active ? ' active' : ''}${unread ? ' unread' : ''}`,
         dataset: { session: s.id, status: cls }, 'aria-current': active ? 'true' : null,
         onclick: () => { if (s.id !== S.current) act.openSession(s.id); },
+        title: like?.same ? `${s.title}\nstarted ${startedAt(s.createdAt)} · ${s.id}` : s.title, // all of it, on hover
       },
       h('span', { class: `dot status-${cls}`, 'aria-hidden': 'true' }),
       h('span', { class: 'session-main' },
-        h('span', { class: 'session-top' },
-          h('span', { class: 'session-title' }, s.title),
-          h('span', { class: 'session-time' }, ago(s.updatedAt))),
+        h('span', { class: 'session-top' }, titleView(s.title, like)),
         h('span', { class: 'session-sub' },
           h('span', { class: `mini-mode mode-${s.mode}` }, MODE_LABEL[s.mode]),
-          h('span', { class: `session-status status-${cls}` }, label))),
+          h('span', { class: `session-status status-${cls}` }, label),
+          like?.same
+            ? h('span', { class: 'session-time session-started', title: `started ${startedAt(s.createdAt)}; session id ${s.id}` },
+              `${startedAt(s.createdAt)} · ${s.id.slice(-6)}`)
+            : h('span', { class: 'session-time', title: `last active ${s.updatedAt}` }, ago(s.updatedAt)))),
       unread && h('span', { class: 'unread-mark', title: 'finished while you were away', 'aria-label': 'unread' })),
       h('button', {
         type: 'button', class: 'session-more', title: 'Rename or delete', 'aria-label': `More for ${s.title}`,
@@ -160,12 +188,57 @@ export function createLayout(el, act) {
       open && sessionMenu(s));
     });
     if (filtering && !shown.length) items.push(h('li', { class: 'muted filter-empty' }, `No session matches “${el.sessionFilter.value.trim()}”.`));
+    if (S.sessionCursor) {
+      items.push(h('li', { class: 'older' }, h('button', {
+        type: 'button', class: 'link load-older', disabled: S.loadingOlder, onclick: () => act.loadOlder(),
+        title: filtering ? 'The filter looks only at the sessions read so far' : null,
+      }, S.loadingOlder ? 'Loading older sessions…' : 'Show older sessions')));
+    }
     if (S.current === null) {
       items.unshift(h('li', null, h('div', { class: 'session-item active draft' }, h('span', { class: 'dot status-idle' }),
         h('span', { class: 'session-main' }, h('span', { class: 'session-title' }, 'New session'), h('span', { class: 'session-sub' }, 'type below to start')))));
     }
     el.sessions.replaceChildren(...items);
   }
+
+  // id -> {same: true} (another shown session has this very title) or {from} (where the part that
+  // tells it apart starts: the word in which it leaves the longest start it shares with another title).
+  function lookalikes(sessions) {
+    const sorted = sessions.map((s) => [s.title, s.id]).sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+    const out = new Map();
+    sorted.forEach(([title, id], i) => {
+      const before = i > 0 ? sorted[i - 1][0] : '';
+      const after = i + 1 < sorted.length ? sorted[i + 1][0] : '';
+      const shared = Math.max(common(title, before), common(title, after)); // the most alike title sorts beside it
+      if ((i > 0 && before === title) || (i + 1 < sorted.length && after === title)) {
+        out.set(id, { same: true });
+      } else if (shared >= SHARED_START) {
+        const space = title.lastIndexOf(' ', Math.min(shared, title.length - 1));
+        out.set(id, { same: false, from: space > 0 ? space + 1 : shared });
+      }
+    });
+    return out;
+  }
+
+  function common(a, b) {
+    let n = 0;
+    while (n < a.length && n < b.length && a[n] === b[n]) n++;
+    return n;
+  }
+
+  // "14:05" today, "2026-12-06 14:05" before
+  function startedAt(iso) {
+    const d = new Date(iso);
+    if (Number.isNaN(d.getTime())) return '';
+    const time = `${String(d.getHours()).padStart(2, '0')}:${String(d.getMinutes()).padStart(2, '0')}`;
+    return new Date().toDateString() === d.toDateString() ? time : `${iso.slice(0, 10)} ${time}`;
+  }
+
+  // Scrolling the list down to its end reads the next page by itself.
+  el.sessions.addEventListener('scroll', () => {
+    const list = el.sessions;
+    if (S.sessionCursor && list.scrollHeight - list.scrollTop - list.clientHeight < 200) act.loadOlder();
+  }, { passive: true });
 
   el.sessionFilter.addEventListener('input', () => renderSidebar());
   el.sessionFilter.addEventListener('keydown', (e) => {
@@ -196,8 +269,7 @@ export function createLayout(el, act) {
       return;
     }
     const [cls, label] = statusOf(s);
-    let exec = null;
-    for (const a of S.view?.approvals.values() || []) if (a.executionId && a.executionState !== 'none') exec = a;
+    const exec = headExecution(s);
     const badges = [
       h('span', { class: `badge mode-badge mode-${s.mode}`, title: 'mode' }, `${MODE_LABEL[s.mode]} mode`),
       h('span', { class: `badge perm-badge perm-${s.permissionMode}`, title: mayDo(s.mode, s.permissionMode).text }, `permissions: ${s.permissionMode}`),
@@ -220,6 +292,16 @@ export function createLayout(el, act) {
         forked && h('button', { type: 'button', class: 'link', onclick: () => act.openSession(forked.id) }, `forked from “${forked.title}”`)),
       h('div', { class: 'badges' }, badges, h('span', { class: 'head-end' }, usage, contextMeter(s))),
     );
+  }
+
+  // The execution the header speaks of: the newest contract's, while it is queued or running, and
+  // after it ended only until a new plan or goal starts (then "execution completed" would be stale).
+  function headExecution(s) {
+    let newest = null;
+    for (const a of S.view?.approvals.values() || []) if (!newest || a.createdAt >= newest.createdAt) newest = a;
+    if (!newest?.executionId || newest.executionState === 'none') return null;
+    const live = newest.executionState === 'queued' || newest.executionState === 'running';
+    return live || s.planState === 'inactive' ? newest : null;
   }
 
   function usageTitle(u) {
@@ -307,6 +389,8 @@ export function createLayout(el, act) {
       h('p', { class: 'muted' }, 'Pick the mode with the chip left of the input (or Shift+Tab).'));
   }
 
+
+  window.addEventListener('resize', showActiveTab);
 
   return { renderTabs, renderSidebar, renderHead, renderDock, renderEmpty, renderTitle, renderSandbox };
 }

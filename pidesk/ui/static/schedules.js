@@ -64,11 +64,11 @@ export function createSchedules(el, act) {
     return h('tr', { class: 'sched-row', dataset: { schedule: s.id } },
       h('td', { class: 'sched-name', title: `${s.projectPath}\n${s.prompt}` }, s.name,
         h('div', { class: 'muted small' }, clip(s.prompt, 60))),
-      h('td', null, h('code', { class: 'sched-cron' }, s.cron)),
-      h('td', null, h('span', { class: `mini-mode mode-${s.mode}` }, MODE_LABEL[s.mode] || s.mode),
+      h('td', { dataset: { label: 'Cron' } }, h('code', { class: 'sched-cron' }, s.cron)),
+      h('td', { dataset: { label: 'Mode' } }, h('span', { class: `mini-mode mode-${s.mode}` }, MODE_LABEL[s.mode] || s.mode),
         h('div', { class: 'muted small' }, PERMISSION_LABEL[s.permissionMode] || s.permissionMode)),
-      h('td', { class: 'sched-next', title: s.nextRunAt }, s.enabled ? whenText(s.nextRunAt) : 'disabled'),
-      h('td', { class: 'sched-last' }, last
+      h('td', { class: 'sched-next', title: s.nextRunAt, dataset: { label: 'Next run' } }, s.enabled ? whenText(s.nextRunAt) : 'disabled'),
+      h('td', { class: 'sched-last', dataset: { label: 'Last run' } }, last
         ? [h('span', { class: `sched-status sched-${last.status}` }, last.status),
           last.errorCode && h('code', { class: 'sched-code', title: explain(last.errorCode) }, last.errorCode),
           h('div', { class: 'muted small', title: last.at }, ago(last.at))]
@@ -170,6 +170,19 @@ export function createSchedules(el, act) {
     again = null;
   });
   dialog.querySelector('.sched-close').addEventListener('click', () => dialog.close());
+  // A modal dialog's backdrop is the dialog element itself: a click there, outside its box, closes it
+  // (pressed there too: a text selection dragged out of a field is not a click outside).
+  let pressedOutside = false;
+  const outsideDialog = (e) => {
+    const box = dialog.getBoundingClientRect();
+    return e.target === dialog && (e.clientX < box.left || e.clientX > box.right || e.clientY < box.top || e.clientY > box.bottom);
+  };
+  dialog.addEventListener('pointerdown', (e) => { pressedOutside = outsideDialog(e); });
+  dialog.addEventListener('click', (e) => {
+    if (pressedOutside && outsideDialog(e)) dialog.close();
+    pressedOutside = false;
+  });
+
   el.schedulesButton.addEventListener('click', open);
   return { open, hostEvent };
 }

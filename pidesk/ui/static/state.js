@@ -7,7 +7,9 @@ import { basename } from './util.js';
 
 export const S = {
   conn: 'connecting',
-  sessions: new Map(),
+  sessions: new Map(), // the sessions read so far (session.list pages, newest first) and any an event named
+  sessionCursor: null, // session.list's nextCursor: older sessions not read yet (null: none)
+  loadingOlder: false,
   unread: new Map(), // session id -> Set of unseen notification ids
   extraProjects: new Set(), // project paths asked for in the URL or opened by hand
   project: null, // the shown project: its path, or '' for scratch sessions

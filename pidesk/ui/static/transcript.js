@@ -13,6 +13,7 @@ import { h, duration, shortArgs, explain, bytes, mayDo, PERMISSION_LABEL } from 
 import { lineDiff, renderDiff, diffStats } from './diff.js';
 
 const OUTPUT_SHOWN = 20000;
+const FOLLOW_SLACK = 16; // px from the bottom that still counts as at the bottom
 const USER_CLAMP_CHARS = 700;
 const USER_CLAMP_LINES = 12;
 const APPROVAL_STATUS = {
@@ -38,6 +39,14 @@ export class Transcript {
     this.actions = actions;
     this.mdCache = new Map();
     this.view = null;
+    this.follow = true;
+    this.pin = null;
+    this._sets = []; // the scrollTops this page set whose scroll events may not have come yet
+    this._last = { top: 0, height: 0 }; // scrollTop and scrollHeight when last seen
+    scroller.addEventListener('scroll', () => this._scrolled(), { passive: true });
+    const observer = new ResizeObserver(() => this._keep()); // text, cards, Markdown, the dock: any change of size
+    observer.observe(scroller);
+    for (const child of scroller.children) observer.observe(child);
   }
 
   reset(view) {
@@ -50,6 +59,8 @@ export class Transcript {
     this.streams = new Map(); // message id -> {el, text}
     this.turnLast = new Map(); // turn id -> seq of its last shown message
     this.lastMsg = null;
+    this.follow = true;
+    this.pin = null;
     this.list.replaceChildren();
     this.list.classList.add('loading');
     this.earlier.replaceChildren();
@@ -83,7 +94,7 @@ export class Transcript {
     this.list.prepend(frag);
     this._notesFromTurns();
     for (const a of this.view.approvals.values()) if (!this.cards.has(a.id)) this.renderApproval(a);
-    this.scroller.scrollTop = top + (this.scroller.scrollHeight - before);
+    this._setTop(top + (this.scroller.scrollHeight - before));
   }
 
   // Index tool calls/results and approximate durations before any row is built.
@@ -122,7 +133,6 @@ export class Transcript {
 
   delta(ev) {
     if (this.els.has(ev.messageId)) return; // already final
-    const stick = this.atBottom();
     let stream = this.streams.get(ev.messageId);
     if (!stream) {
       const text = document.createTextNode('');
@@ -135,12 +145,11 @@ export class Transcript {
       this.list.append(el);
     }
     stream.text.appendData(ev.text);
-    if (stick) this.scrollToBottom();
+    this._keep();
   }
 
   upsert(m) {
     if (this.els.has(m.id)) return;
-    const stick = this.atBottom();
     this._collect(this.lastMsg ? [this.lastMsg, m] : [m]);
     const el = this._render(m);
     const stream = this.streams.get(m.id);
@@ -158,7 +167,7 @@ export class Transcript {
       note.remove();
       this._insert(note, m.seq + 0.5);
     }
-    if (stick) this.scrollToBottom();
+    this._keep();
     this.actions.upgradeMarkdown();
   }
 
@@ -537,11 +546,16 @@ export class Transcript {
     if (a.revises && det?.prev !== undefined) {
       const ops = lineDiff(det.prev, det.markdown);
       const { added, removed } = diffStats(ops);
-      const d = h('details', { class: 'card-diff', ontoggle: (e) => { ui.diffOpen = e.target.open; } },
-        h('summary', null, 'Changes since the previous revision ', h('span', { class: 'diff-add-n' }, `+${added}`), ' ', h('span', { class: 'diff-del-n' }, `−${removed}`)),
-        renderDiff(ops));
-      d.open = pending && ui.diffOpen;
-      parts.push(d);
+      if (!added && !removed) {
+        // the agent resubmitted the same text: say so, not "+0 −0" over an empty diff
+        parts.push(h('p', { class: 'card-diff card-same muted' }, `No changes since the previous revision: the agent resubmitted the same ${kind.toLowerCase()}.`));
+      } else {
+        const d = h('details', { class: 'card-diff', ontoggle: (e) => { ui.diffOpen = e.target.open; } },
+          h('summary', null, 'Changes since the previous revision ', h('span', { class: 'diff-add-n' }, `+${added}`), ' ', h('span', { class: 'diff-del-n' }, `−${removed}`)),
+          renderDiff(ops));
+        d.open = pending && ui.diffOpen;
+        parts.push(d);
+      }
     }
     const summary = this.executionSummary(a);
     if (summary && (summary.denied.length || summary.failed.length)) parts.push(this._summaryList(summary));
@@ -663,45 +677,109 @@ export class Transcript {
     const reject = h('button', { type: 'button', class: 'reject' }, 'Reject');
     reject.addEventListener('click', busy(reject, () => this.actions.resolvePlan(a, 'reject', null, ui.feedback.trim() || null)));
     const deadline = new Date(a.deadline);
-    return h('div', { class: 'decide' },
-      h('label', { class: 'decide-perm' }, h('span', null, 'Run it with permissions'), select),
-      copy,
-      h('label', { class: 'decide-perm decide-context' }, h('span', null, 'Context for the execution'), contextSelect, contextHint),
-      feedback,
+    // the actions are the card's own child, so they can stick to the bottom edge while any of the card shows
+    return [
+      h('div', { class: 'decide' },
+        h('label', { class: 'decide-perm' }, h('span', null, 'Run it with permissions'), select),
+        copy,
+        h('label', { class: 'decide-perm decide-context' }, h('span', null, 'Context for the execution'), contextSelect, contextHint),
+        feedback),
       h('div', { class: 'decide-actions' }, approve, reject,
-        !Number.isNaN(deadline.getTime()) && h('span', { class: 'deadline muted' }, `decide by ${deadline.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}`)));
+        !Number.isNaN(deadline.getTime()) && h('span', { class: 'deadline muted' }, `decide by ${deadline.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}`)),
+    ];
   }
 
   // ---- scrolling ------------------------------------------------------------------
+  //
+  // The transcript follows its bottom while the reader is there: new text, a finished tool
+  // row, a card's plan arriving or Markdown swapped in all keep the newest line in view. A
+  // reader who scrolls up stops the following (nothing moves under them) until they scroll
+  // back to the bottom. A card that asks for a decision is "pinned": shown with its top in
+  // view (its Approve/Reject bar sticks to the bottom edge) until the reader scrolls or it
+  // is decided. Scrolls the page makes itself are told apart by the position they set; the
+  // browser's own move the view only as the content above it grows (scroll anchoring) or as it
+  // shrinks (anchoring, or the end coming up): a move against that is the reader's.
 
-  // Show a card that asks for a decision: all of it when it fits, else from its top.
-  reveal(approvalId) {
-    const card = this.cards.get(approvalId);
-    if (!card) return;
-    const view = this.scroller.getBoundingClientRect();
-    const box = card.getBoundingClientRect();
-    if (box.height + 16 > view.height) {
-      if (this._again) cancelAnimationFrame(this._again); // a pending jump to the bottom would hide its top
-      this._again = null;
-      this.scroller.scrollTop += box.top - view.top - 8;
-    } else {
-      this.scrollToBottom();
+  _scrolled() {
+    const top = this.scroller.scrollTop;
+    const height = this.scroller.scrollHeight;
+    const ours = this._sets.some((v) => Math.abs(top - v) <= 1);
+    if (ours && Math.abs(top - this._sets[this._sets.length - 1]) <= 1) this._sets = []; // the last one has come
+    if (!ours) {
+      const up = top < this._last.top - 1 && height >= this._last.height - 1;
+      const down = top > this._last.top + 1 && height <= this._last.height + 1;
+      if (up || down) this.pin = null;
+      if (up) this.follow = false;
     }
+    if (this._distance() <= FOLLOW_SLACK && !this.pin) this.follow = true; // at the bottom, whoever brought it there
+    this._seen();
   }
 
-  atBottom() {
+  _seen() {
+    this._last = { top: this.scroller.scrollTop, height: this.scroller.scrollHeight };
+  }
+
+  _distance() {
     const s = this.scroller;
-    return s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+    return s.scrollHeight - s.scrollTop - s.clientHeight;
+  }
+
+  _setTop(value) {
+    const before = this.scroller.scrollTop;
+    this.scroller.scrollTop = value;
+    const now = this.scroller.scrollTop;
+    if (now !== before) this._sets = [...this._sets.slice(-7), now]; // (no move, no scroll event: nothing to tell apart)
+    this._seen();
+  }
+
+  // Something changed size: keep the pinned card, or the bottom, where the reader sees it.
+  _keep() {
+    if (this.pin) this._showCard(this.pin);
+    else if (this.follow) this._setTop(this.scroller.scrollHeight);
+    else this._seen();
+  }
+
+  // A card that asks for a decision: pin it in view (a new one, or the one waiting when a session opens).
+  reveal(approvalId) {
+    if (!this.cards.get(approvalId)) return;
+    this.pin = approvalId;
+    this._showCard(approvalId);
+  }
+
+  // Its bottom at the bottom edge when it all fits, else its top at the top edge.
+  _showCard(approvalId) {
+    const card = this.cards.get(approvalId);
+    if (!card || !card.isConnected || !card.classList.contains('approval-pending')) {
+      this.pin = null;
+      this.follow = true;
+      this._setTop(this.scroller.scrollHeight);
+      return;
+    }
+    const view = this.scroller.getBoundingClientRect();
+    const box = card.getBoundingClientRect();
+    const margin = 12;
+    const shift = box.height + 2 * margin > view.height ? box.top - view.top - margin : box.bottom - view.bottom + margin;
+    this._setTop(this.scroller.scrollTop + shift);
+    this.follow = this._distance() <= FOLLOW_SLACK;
+  }
+
+  // Follow the bottom again (the reader sent a prompt): from now on new content stays in view.
+  followBottom() {
+    this.pin = null;
+    this.follow = true;
+    this.scrollToBottom();
   }
 
   // Off-screen messages are laid out lazily (content-visibility), so the first jump lands on
   // estimated heights: jump again once the frame has laid out what is now on screen.
   scrollToBottom() {
-    this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.pin = null;
+    this.follow = true;
+    this._setTop(this.scroller.scrollHeight);
     if (this._again) return;
     this._again = requestAnimationFrame(() => {
       this._again = null;
-      this.scroller.scrollTop = this.scroller.scrollHeight;
+      this._keep();
     });
   }
 }

@@ -97,7 +97,8 @@ export class Rpc {
 
   async _retry(wasOpen) {
     this.attempt += 1;
-    if (!wasOpen && this.probe && this.attempt >= 2) {
+    // a socket that never opened: ask why at once, so a wrong token is named before any "reconnecting…"
+    if (!wasOpen && this.probe) {
       const verdict = await this.probe();
       if (verdict === 'unauthorized') {
         this.onState('unauthorized');
