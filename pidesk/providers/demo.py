@@ -144,7 +144,8 @@ def _notes_args(messages: list[Message], target: str = NOTES) -> dict[str, Any]:
             if isinstance(block, ToolResultBlock) and block.name == "Glob" and block.ok:
                 listing = block.output
     body = "\n".join(f"- {name}" for name in _files(listing)[:40]) or "- (empty)"
-    return {"path": target, "content": f"# Notes\n\nWritten by the pidesk demo model.\n\n## Files\n\n{body}\n"}
+    title = target.rsplit("/", 1)[-1].split(".", 1)[0].replace("-", " ").replace("_", " ").capitalize() or "Notes"
+    return {"path": target, "content": f"# {title}\n\nWritten by the pidesk demo model.\n\n## Files\n\n{body}\n"}
 
 
 _FILE_NAME = re.compile(r"(?<![\w./-])([\w-]+\.(?:md|txt|rst))\b", re.IGNORECASE)
