@@ -48,6 +48,7 @@ log = logging.getLogger("pidesk.checkpoints")
 
 DEFAULT_PAGE = 100  # turns of a page asked by cursor alone
 MAX_PAGE = 1000
+SLICE = 500  # items read at once for the unpaged answer
 PROMPT_CHARS = 120  # of a prompt's first line, kept to name the turn
 _CURSOR_SEP = "|"  # a cursor: "<at>|<id>" of the last item of the page before (opaque to clients)
 
@@ -213,11 +214,20 @@ class ChangeLists:
             if item is None:
                 raise NotFound(f"no turn {turn_id!r} in session {session.id}")
             items = [item]
-        else:
+        elif count is not None:
             with self.p.store.db.read() as db:
-                items = repo.change_items(db, session.id, after, None if count is None else count + 1)
-            if count is not None and len(items) > count:
+                items = repo.change_items(db, session.id, after, count + 1)
+            if len(items) > count:
                 items, more = items[:count], True
+        else:  # every item: read a slice at a time, the loop given a turn between
+            items = []
+            for _ in range(10_000_000 // SLICE):
+                with self.p.store.db.read() as db:
+                    part = repo.change_items(db, session.id, (items[-1].at, items[-1].id) if items else None, SLICE)
+                items += part
+                if len(part) < SLICE:
+                    break
+                await asyncio.sleep(0)
         try:
             items = await self._complete(project, session.id, items)
             turns = [self._wire(item) for item in items]
