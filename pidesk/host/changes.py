@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,8 @@ class ChangeLists:
         self._journaled: dict[str, list[dict[str, Any]]] = {}  # turn id -> its checkpoints' entries, while it runs
         self._settling: dict[str, tuple[str, asyncio.Task[None]]] = {}  # turn id -> (session id, its settling)
         self._reconciled: set[Path] = set()  # roots whose journal's reverts have rows (this process)
+        # session id -> held while its missing rows are worked out (kept while someone holds or awaits it)
+        self._filling: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def journaled(self, turn_id: str, entry: dict[str, Any]) -> None:
         """A checkpoint of a running turn was journaled (its list is worked out from these)."""
@@ -274,6 +277,17 @@ class ChangeLists:
         stored), and a turn's without a row, from the journal (then stored)."""
         if all(item.files is not None for item in items):
             return items
+        lock = self._filling.get(session_id)
+        if lock is None:
+            lock = self._filling[session_id] = asyncio.Lock()
+        async with lock:  # (two readers at once — a page and a CLI — work a session's rows out once)
+            return await self._fill(project, session_id, items)
+
+    async def _fill(self, project: _Project, session_id: str, items: list[ChangeItem]) -> list[ChangeItem]:
+        unknown = [item.id for item in items if item.files is None]
+        with self.p.store.db.read() as db:  # filled meanwhile by another reader?
+            fresh = {item_id: repo.change_item(db, session_id, item_id) for item_id in unknown}
+        items = [fresh.get(item.id) or item for item in items]
         live = self.p.live.turns.get(session_id)
         running = live.turn_id if live is not None else None
         missing = [i for i in items if i.files is None and not i.revert and i.id != running]
