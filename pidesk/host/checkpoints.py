@@ -11,13 +11,17 @@ module decides when, and attributes:
   tool call waits (``before_call``) for its turn's "before" state to be recorded
   first. Every git operation on one root runs under that root's
   ``asyncio.Lock`` (FIFO), so checkpoints are recorded in the order taken, and a
-  ``session.changes``, a ``session.revert`` or the next turn's checkpoint sees
-  every checkpoint a finished turn started.
+  ``session.revert`` or the next turn's checkpoint sees every checkpoint a
+  finished turn started (a ``session.changes`` waits for a just-ended turn's
+  list, which waits for them).
 - A call checkpoint whose tree differs from the root's previous one is journaled
   as ``{k: "call", s, t, prev, tree}``. A turn's changes are, for the files its
   own calls changed (prev → tree of each), the diff from the turn's "before" tree
   to its last tree. Two sessions in one project share the root's journal: a
-  file counts for the turn whose call's checkpoint first saw it change.
+  file counts for the turn whose call's checkpoint first saw it change. When the
+  turn ends (``turn_ended``) that list is worked out once and stored, and
+  ``session.changes`` reads the stored lists (``host/changes.py``), never under
+  the root's lock.
 - A checkpoint never fails or blocks a turn. A failure (git missing, a full
   disk, a timeout) is audited ``checkpoint.failed`` on the turn (once per turn)
   and shown as the ``note`` of ``session.changes``; a root with too many files
@@ -32,8 +36,9 @@ module decides when, and attributes:
   (``AGENT_BUSY``). Under the root's lock: a snapshot of now (so hand edits are
   reverted too, and can be restored), the restore, a snapshot of the result, the
   journal line ``{k: "revert", id, prev, tree}`` (synced) and the audit entry
-  ``workspace.reverted``. A revert is listed by ``session.changes`` under its id,
-  which ``session.revert`` accepts: reverting it restores the state it replaced.
+  ``workspace.reverted``; then, outside the lock, its stored list. A revert is
+  listed by ``session.changes`` under its id, which ``session.revert`` accepts:
+  reverting it restores the state it replaced.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from typing import Any
 from pidesk.core.errors import Code, Conflict, NotFound, PideskError
 from pidesk.core.records import ToolCallBlock
 from pidesk.host import validate
+from pidesk.host.changes import ChangeLists
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.ids import new_id, now_iso
@@ -106,6 +112,8 @@ class Checkpoints:
         self._tasks: set[asyncio.Task[None]] = set()
         self._roots: dict[str, Path] = {}  # session id -> its root
         self._before: dict[str, asyncio.Task[None]] = {}  # turn id -> its "before" checkpoint, while it runs
+        self._turn_tasks: dict[str, set[asyncio.Task[None]]] = {}  # turn id -> the checkpoints it started
+        self.lists = ChangeLists(parts, self._project, self._track)
 
     def _project(self, root: Path) -> _Project:
         project = self._projects.pop(root, None)  # re-inserted last: the dict runs oldest use first
@@ -184,9 +192,14 @@ class Checkpoints:
         if kind == "call":
             project.waiting[key] = paths
         task = asyncio.create_task(self._record(project, session_id, turn_id, kind), name=f"checkpoint {turn_id}")
+        self._track(task)
+        self._turn_tasks.setdefault(turn_id, set()).add(task)
+        return task
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        """A task ``close`` waits for."""
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return task
 
     def _unwatch_idle_roots(self) -> None:
         watching = [p for p in self._projects.values() if p.repo.watch.watching]
@@ -217,6 +230,7 @@ class Checkpoints:
                     elif project.repo.held:
                         entry["held"] = sorted(project.repo.held)
                     await asyncio.to_thread(project.repo.append, entry)
+                    self.lists.journaled(turn_id, entry)
                 project.last = tree
                 project.note = None
             except TooLarge as exc:
@@ -254,54 +268,23 @@ class Checkpoints:
 
     # ---- session.changes ------------------------------------------------------------------
 
-    async def changes(self, session_id: Any, turn_id: Any = None) -> dict[str, Any]:
+    def turn_ended(self, live: LiveTurn) -> None:
+        """The turn has ended (completed, failed or aborted): its list of changes is stored once the
+        checkpoints it started are recorded (``host/changes.py``), in the background."""
+        recording = self._turn_tasks.pop(live.turn_id, set())
+        root = self._root(live.session_id)
+        if root is not None:
+            self.lists.settle(live, root, recording)
+
+    async def changes(self, session_id: Any, turn_id: Any = None, path: Any = None, limit: Any = None,
+                      cursor: Any = None, diff: Any = None) -> dict[str, Any]:
+        """``session.changes``: the stored lists (``host/changes.py``); never under the project's lock."""
         session = self.p.session(validate.ident(session_id, "sessionId"))
         if turn_id is not None:
             turn_id = validate.ident(turn_id, "turnId")
-        with self.p.store.db.read() as db:
-            turns = repo.list_turns(db, session.id, 10_000)
         project = self._project(Path(session.root))
-        async with project.lock:
-            entries = [e for e in await asyncio.to_thread(project.repo.entries) if e.get("s") == session.id]
-            items: list[tuple[str, str, dict[str, Any] | None]] = [(t.started_at, t.id, None) for t in turns]
-            items += [(e.get("at", ""), e["id"], e) for e in entries if e.get("k") == "revert"]
-            items.sort(key=lambda item: item[0])
-            if turn_id is not None:
-                items = [item for item in items if item[1] == turn_id]
-                if not items:
-                    raise NotFound(f"no turn {turn_id!r} in session {session.id}")
-            out = []
-            for _at, item_id, revert in items:
-                try:
-                    if revert is not None:
-                        files = await project.repo.diff(revert["prev"], revert["tree"])
-                        out.append({"turnId": item_id, "revert": True, "revertOf": revert.get("t"),
-                                    "files": [vars(f) for f in files]})
-                    else:
-                        out.append({"turnId": item_id, "files": await self._turn_files(project, entries, item_id)})
-                except CheckpointError as exc:
-                    raise PideskError(f"cannot read the checkpoints of {session.root}: {exc}") from None
-        return {"turns": out, "note": project.off or project.note}
-
-    async def _turn_files(self, project: _Project, entries: list[dict[str, Any]], turn_id: str) -> list[dict[str, Any]]:
-        start = next((e for e in entries if e.get("t") == turn_id and e.get("k") == "turn"), None)
-        calls = [e for e in entries if e.get("t") == turn_id and e.get("k") == "call"]
-        if start is None or not calls:
-            return []
-        before = start["tree"]
-        touched: set[str] = set()
-        big: dict[str, tuple[str, int]] = {}
-        for call in calls:
-            touched |= await project.repo.changed_paths(call.get("prev") or before, call["tree"])
-            big |= {path: (status, size) for path, status, size in call.get("big", ())}
-        files = {f.path: vars(f) for f in await project.repo.diff(before, calls[-1]["tree"], only=touched)}
-        for path in set(start.get("held", ())) & set(files):  # its "before" in the tree is older than the turn
-            files[path] |= {"additions": 0, "deletions": 0, "diff": f"({path} was over the checkpoint limit "
-                            "before this turn, so there is no diff: its content now is recorded)"}
-        for path, (status, size) in big.items():
-            files[path] = _too_large(path, files[path]["status"] if path in files else status, size,
-                                     project.repo.size_cap)
-        return list(files.values())
+        return await self.lists.read(session, turn_id, path, limit, cursor, diff,
+                                     lambda: project.off or project.note)
 
     # ---- session.revert ------------------------------------------------------------------
 
@@ -325,23 +308,27 @@ class Checkpoints:
                                "(a turn from before checkpoints, or of another session)")
             start, target, held_then = found
             revert_id = new_id("rv")
+            at = now_iso()
             try:
                 current = await project.repo.snapshot(full=True)
                 held_now = sorted(project.repo.held)
                 note = {"root": session.root, "session": session.id, "turn": turn_id, "revertId": revert_id,
-                        "from": current, "to": target, "at": now_iso()}
+                        "from": current, "to": target, "at": at}
                 files = await project.repo.restore(current, target, note, keep=set(held_then))
                 kept = self._not_restored(project, entries[start:], held_then, files)
                 after = await project.repo.snapshot(full=True)
                 await asyncio.to_thread(project.repo.append, {
                     "k": "revert", "s": session.id, "id": revert_id, "t": turn_id, "prev": current, "tree": after,
-                    "at": now_iso()} | ({"prevHeld": held_now} if held_now else {}), durable=True)
+                    "at": at} | ({"prevHeld": held_now} if held_now else {}), durable=True)
             except (CheckpointError, OSError) as exc:
                 raise PideskError(f"the revert could not finish: {exc}; files already restored stay restored "
                                   "— run it again once the cause is fixed") from None
             project.last = after
         with self.p.store.db.tx() as db:
             repo.audit(db, "workspace.reverted", session.id, None, turn=turn_id, revert_id=revert_id, files=files)
+        self.p.store.faults.hit("revert.before_row")
+        await self.lists.reverted(session.id, revert_id, at=at, revert_of=turn_id, before=current, after=after,
+                                  shadow=project.repo)
         return {"files": files, "revertId": revert_id, "notRestored": kept}
 
     @staticmethod
@@ -365,17 +352,6 @@ class Checkpoints:
             if other.root == root:
                 raise Conflict(f"session {other.id} is running in the same project; revert once it is idle",
                                Code.AGENT_BUSY)
-
-
-def _too_large(path: str, status: str, size: int, cap: int) -> dict[str, Any]:
-    """A ``session.changes`` file entry for a file no checkpoint could record."""
-    return {"path": path, "status": status, "additions": 0, "deletions": 0, "tooLarge": True,
-            "diff": f"({path} is {_mib(size)}, over the {_mib(cap)} checkpoint limit: its content was not "
-                    "recorded, and a revert leaves it as it is)"}
-
-
-def _mib(size: int) -> str:
-    return f"{size / (1024 * 1024):,.1f} MiB" if size >= 1024 * 1024 else f"{size:,} bytes"
 
 
 # ---- permission previews ----------------------------------------------------------------

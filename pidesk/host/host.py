@@ -273,9 +273,10 @@ class Host:
     async def session_rename(self, session_id: Any, title: Any) -> Session:
         return self.sessions.rename(session_id, title)
 
-    async def session_changes(self, session_id: Any, turn_id: Any = None) -> dict[str, Any]:
-        """What each turn changed in the workspace (PROTOCOL.md "Additions"; host/checkpoints.py)."""
-        return await checkpoints.of(self.parts).changes(session_id, turn_id)
+    async def session_changes(self, session_id: Any, turn_id: Any = None, path: Any = None, limit: Any = None,
+                              cursor: Any = None, diff: Any = None) -> dict[str, Any]:
+        """What each turn changed in the workspace (PROTOCOL.md "Additions"; host/changes.py)."""
+        return await checkpoints.of(self.parts).changes(session_id, turn_id, path, limit, cursor, diff)
 
     async def session_revert(self, session_id: Any, turn_id: Any) -> dict[str, Any]:
         """The workspace back to its state before a turn (or a revert), when idle."""

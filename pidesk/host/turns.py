@@ -273,6 +273,7 @@ class Turns:
     def _release(self, live: LiveTurn) -> None:
         if self.p.live.turns.get(live.session_id) is live:
             del self.p.live.turns[live.session_id]
+        checkpoints.of(self.p).turn_ended(live)  # its list of changes is stored (issue 33 §1)
         for future in live.permission_waiters.values():
             if not future.done():
                 future.cancel()

@@ -70,6 +70,9 @@ SIZE_CAP = 10 * 1024 * 1024  # a file larger than this is never checkpointed (no
 RESTORE_BATCH = 64 * 1024 * 1024  # bytes of blobs a restore holds in memory at once
 MAX_FILES = 50_000  # a root with more files (after ignores) is not checkpointed at all
 GIT_TIMEOUT = 60.0  # seconds for one git invocation
+MAX_DIFF = 256 * 1024  # characters of one file's diff given; a longer one is cut with a line saying so
+PATHSPEC_MAX = 50  # paths named to one diff (beyond, the diff covers every path and is filtered after:
+# git matches each path of each pair against every pathspec — 1,000 pairs × 1,000 paths took 17 s)
 TEMP_SUFFIX = ".pidesk-revert"
 FIRST_REF = "refs/pidesk/first"  # the first snapshot's commit (fast-import writes one)
 
@@ -101,6 +104,17 @@ class CheckpointError(Exception):
 
 class TooLarge(CheckpointError):
     """The root holds more files than ``max_files`` after ignores."""
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """One file changed between two trees, without its diff."""
+
+    path: str
+    status: str  # "added" | "modified" | "deleted"
+    additions: int
+    deletions: int
+    binary: bool
 
 
 @dataclass(frozen=True)
@@ -155,11 +169,14 @@ class ShadowRepo:
 
     # ---- git ------------------------------------------------------------------------
 
-    async def _git(self, *args: str, stdin: bytes | Feed | None = None, ok: tuple[int, ...] = (0,)) -> bytes:
+    async def _git(self, *args: str, stdin: bytes | Feed | None = None, ok: tuple[int, ...] = (0,),
+                   reads: bool = False) -> bytes:
         """Run git in a worker thread (its spawn, pipes and exit never touch the event loop, which
-        a turn's next step is waiting for); a caller's cancellation kills it."""
+        a turn's next step is waiting for); a caller's cancellation kills it. ``reads``: a command
+        that only reads objects (a diff between two trees), which may run beside the one that
+        writes (so it never removes the index's lock file: that is the writer's)."""
         started: list[subprocess.Popen[bytes]] = []
-        work = asyncio.ensure_future(asyncio.to_thread(self._run_git, args, stdin, started))
+        work = asyncio.ensure_future(asyncio.to_thread(self._run_git, args, stdin, started, reads))
         try:
             code, out, err = await asyncio.shield(work)
         except asyncio.CancelledError:  # git must not outlive its caller
@@ -168,7 +185,8 @@ class ShadowRepo:
                     proc.kill()
             with contextlib.suppress(Exception):
                 await work
-            (self.git_dir / "index.lock").unlink(missing_ok=True)  # ours: the host runs one git per root
+            if not reads:
+                (self.git_dir / "index.lock").unlink(missing_ok=True)  # ours: the host runs one writing git per root
             raise
         if code not in ok:
             detail = err.decode(errors="replace").strip().splitlines()
@@ -176,7 +194,7 @@ class ShadowRepo:
         return out
 
     def _run_git(self, args: tuple[str, ...], stdin: bytes | Feed | None,
-                 started: list[subprocess.Popen[bytes]]) -> tuple[int, bytes, bytes]:
+                 started: list[subprocess.Popen[bytes]], reads: bool = False) -> tuple[int, bytes, bytes]:
         try:
             proc = subprocess.Popen(
                 ["git", *args], stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -204,7 +222,8 @@ class ShadowRepo:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            (self.git_dir / "index.lock").unlink(missing_ok=True)
+            if not reads:
+                (self.git_dir / "index.lock").unlink(missing_ok=True)
             raise CheckpointError(f"git {args[0]} took longer than {self.timeout:.0f} s") from None
         return proc.returncode, out, err
 
@@ -494,7 +513,7 @@ class ShadowRepo:
         out = await self._git("diff-tree", "-r", "-z", "--no-renames", "--name-only", old, new)
         return {os.fsdecode(p) for p in out.split(b"\0") if p}
 
-    async def diff(self, old: str, new: str, only: set[str] | None = None, max_diff: int = 256 * 1024
+    async def diff(self, old: str, new: str, only: set[str] | None = None, max_diff: int = MAX_DIFF
                    ) -> list[FileChange]:
         """What changed from tree ``old`` to tree ``new`` (restricted to ``only``), by path."""
         if old == new:
@@ -529,6 +548,66 @@ class ShadowRepo:
                 text = text[:max_diff] + f"\n… (diff cut at {max_diff // 1024} KiB)\n"
             changes.append(FileChange(path, status, add, rem, text))
         return changes
+
+    async def stat(self, old: str, new: str, only: Set[str] | None = None) -> list[FileStat]:
+        """What changed from tree ``old`` to tree ``new`` (restricted to ``only``), by path, without the
+        diffs: one ``diff-tree --raw --numstat``. Reads objects only: it needs no lock."""
+        if old == new:
+            return []
+        items = (await self._git("diff-tree", "-r", "-z", "--no-renames", "--raw", "--numstat", old, new,
+                                 reads=True)).split(b"\0")
+        statuses: list[tuple[str, str]] = []
+        counts: dict[str, tuple[int, int, bool]] = {}
+        n = 0
+        while n < len(items):
+            item = items[n]
+            if item.startswith(b":") and n + 1 < len(items):  # ":<mode> <mode> <sha> <sha> <X>", then its path
+                statuses.append((os.fsdecode(items[n + 1]),
+                                 {b"A": "added", b"D": "deleted"}.get(item.split()[-1][:1], "modified")))
+                n += 2
+                continue
+            parts = item.split(b"\t", 2)  # "<added>\t<deleted>\t<path>", "-" for both when binary
+            if len(parts) == 3:
+                binary = parts[0] == b"-"
+                counts[os.fsdecode(parts[2])] = (0, 0, True) if binary else (int(parts[0]), int(parts[1]), False)
+            n += 1
+        return [FileStat(path, status, *counts.get(path, (0, 0, False)))
+                for path, status in statuses if only is None or path in only]
+
+    async def patches(self, pairs: Sequence[tuple[str, str]], paths: Set[str] | None = None,
+                      max_diff: int = MAX_DIFF) -> dict[tuple[str, str], dict[str, str]]:
+        """The unified diff of each file changed between each pair of trees (``old``, ``new``), by pair
+        then path; only ``paths`` when given. One ``diff-tree --stdin`` whatever the number of pairs.
+        A binary file's is ``"binary"``; one longer than ``max_diff`` is cut with a line saying so.
+        Reads objects only: it needs no lock."""
+        wanted = [pair for pair in dict.fromkeys(pairs) if pair[0] != pair[1]]
+        found: dict[tuple[str, str], dict[str, str]] = {pair: {} for pair in wanted}
+        if not wanted or (paths is not None and not paths):
+            return found
+        args = ["diff-tree", "--stdin", "-r", "--no-renames", "-p", "--no-color", "--full-index"]
+        if paths is not None and len(paths) <= PATHSPEC_MAX:
+            args += ["--", *(f":(literal){p}" for p in sorted(paths))]
+        out = await self._git(*args, stdin="".join(f"{a} {b}\n" for a, b in wanted).encode(), reads=True)
+        pair: tuple[str, str] | None = None
+        path: str | None = None
+        lines: list[bytes] = []
+
+        def done() -> None:
+            if pair in found and path is not None and (paths is None or path in paths):
+                found[pair][path] = _patch_text(b"".join(lines), max_diff)
+
+        for line in out.split(b"\n")[:-1] if out.endswith(b"\n") else out.split(b"\n"):
+            header = _pair_header(line)
+            if header is not None or line.startswith(b"diff --git "):
+                done()
+                lines = []
+                if header is not None:
+                    pair, path = header, None
+                    continue
+                path = _patch_path(line)
+            lines.append(line + b"\n")
+        done()
+        return found
 
     # ---- revert -----------------------------------------------------------------------
 
@@ -760,6 +839,62 @@ def _remove_tree(directory: Path) -> None:
         if path.is_dir() and not path.is_symlink():
             path.rmdir()
     directory.rmdir()
+
+
+def _pair_header(line: bytes) -> tuple[str, str] | None:
+    """``diff-tree --stdin`` starts each pair's diff with the line ``<old> <new>``: that pair. (No
+    line of a diff looks like it: each starts with a space, a sign, ``@``, ``\\`` or a word.)"""
+    old, sep, new = line.partition(b" ")
+    if sep and len(old) == len(new) >= 40 and all(c in b"0123456789abcdef" for c in old + new):
+        return old.decode(), new.decode()
+    return None
+
+
+def _patch_path(header: bytes) -> str | None:
+    """The path of a ``diff --git a/<path> b/<path>`` line (no renames: both name the same path),
+    C-quoted by git when it holds a quote, a backslash or a control character."""
+    rest = header[len(b"diff --git "):]
+    if rest.startswith(b'"'):
+        quoted = _unquote(rest)
+        return os.fsdecode(quoted[2:]) if quoted is not None and quoted.startswith(b"a/") else None
+    size = (len(rest) - 5) // 2
+    path = rest[2:2 + size]
+    return os.fsdecode(path) if rest == b"a/" + path + b" b/" + path else None
+
+
+_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12, ord("r"): 13,
+            ord('"'): 34, ord("\\"): 92}
+
+
+def _unquote(text: bytes) -> bytes | None:
+    """The first C-quoted string of ``text`` (which starts with its opening quote), unescaped."""
+    out = bytearray()
+    n = 1
+    while n < len(text):
+        c = text[n]
+        if c == 0x22:
+            return bytes(out)
+        if c == 0x5C and n + 1 < len(text):
+            nxt = text[n + 1]
+            if 0x30 <= nxt <= 0x37 and n + 3 < len(text):
+                out.append(int(text[n + 1:n + 4], 8) & 0xFF)
+                n += 4
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            n += 2
+            continue
+        out.append(c)
+        n += 1
+    return None
+
+
+def _patch_text(patch: bytes, max_diff: int) -> str:
+    text = patch.decode(errors="replace")
+    if text.startswith("Binary files ") or "\nBinary files " in text:
+        return "binary"
+    if len(text) > max_diff:
+        text = text[:max_diff] + f"\n… (diff cut at {max_diff // 1024} KiB)\n"
+    return text
 
 
 def _split_patch(patch: bytes) -> list[str]:

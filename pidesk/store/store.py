@@ -42,7 +42,7 @@ import msgspec
 
 from pidesk.core.errors import NotFound, StoreError
 from pidesk.core.modes import Mode, PermissionMode, PlanState, SessionStatus
-from pidesk.core.records import Block, Message, Session
+from pidesk.core.records import Block, Message, Session, TextBlock
 from pidesk.faults import NO_FAULTS, Faults
 from pidesk.ids import now_iso, ordered_ids
 from pidesk.store import repo
@@ -216,6 +216,21 @@ class Store:
         if through_seq is not None:
             out = [m for m in out if m.seq <= through_seq]
         return out
+
+    def turn_prompts(self, session_id: str, turn_ids: list[str]) -> dict[str, str]:
+        """The text of each turn's prompt (its first user message's text blocks); a turn without one is
+        left out. Blocking: call it in a worker thread."""
+        self.flush()
+        with self.db.read() as db:
+            found = repo.first_user_messages(db, session_id, turn_ids)
+        prompts: dict[str, str] = {}
+        for turn_id, (offset, length) in found.items():
+            try:
+                message = decode_message(self.transcripts.read_range(session_id, offset, offset + length))
+            except (OSError, ValueError, msgspec.DecodeError):
+                continue
+            prompts[turn_id] = "\n".join(b.text for b in message.content if isinstance(b, TextBlock))
+        return prompts
 
     def message_seq(self, session_id: str, message_id: str) -> int | None:
         self.flush()

@@ -30,13 +30,16 @@ V1_TABLES = {"sessions", "turns", "messages", "permission_requests", "grants"}
 V2_TABLES = V1_TABLES | {"plan_approvals"}
 V3_TABLES = V2_TABLES | {"queue", "notifications", "audit"}
 V6_TABLES = V3_TABLES | {"schedules", "schedule_runs"}
+V14_TABLES = V6_TABLES | {"turn_changes"}
+LATEST_TABLES = V14_TABLES
 LATEST = len(ALL_MIGRATIONS)
 MIGRATIONS = {"m002_plan_approvals": (1, V1_TABLES), "m003_queue_notifications_audit": (2, V2_TABLES),
               "m004_turn_queue_entry": (3, V3_TABLES), "m005_session_usage": (4, V3_TABLES),
               "m006_schedules": (5, V3_TABLES), "m007_indexes_for_growing_tables": (6, V6_TABLES),
               "m008_cache_read_write_usage": (7, V6_TABLES), "m009_turn_error_message": (8, V6_TABLES),
               "m010_permission_preview": (9, V6_TABLES), "m011_session_list_order": (10, V6_TABLES),
-              "m012_context_window": (11, V6_TABLES), "m013_notification_pages": (12, V6_TABLES)}
+               "m012_context_window": (11, V6_TABLES), "m013_notification_pages": (12, V6_TABLES),
+               "m014_turn_changes": (13, V6_TABLES)}
 
 
 def test_every_migration_is_in_the_crash_matrix() -> None:
@@ -62,7 +65,7 @@ async def test_design_migration_killed_midway_leaves_previous_schema_and_next_op
 
     host = make_host()
     assert host.store.schema_version == LATEST
-    assert _schema(data_dir) == (LATEST, V6_TABLES)
+    assert _schema(data_dir) == (LATEST, LATEST_TABLES)
     s = await session(host, project)
     assert (await state(host, s["id"]))["session"]["status"] == "idle"
     assert_fail_closed(host, provider)
@@ -92,7 +95,7 @@ def test_design_failing_migration_refuses_startup_naming_it_and_keeps_the_old_sc
 
     host = Host.open(HostConfig(data_dir=data_dir), provider)
     try:
-        assert host.store.schema_version == LATEST and _schema(data_dir) == (LATEST, V6_TABLES)
+        assert host.store.schema_version == LATEST and _schema(data_dir) == (LATEST, LATEST_TABLES)
         assert rows(host, "SELECT id, title FROM sessions") == [("s_old", "old")]
     finally:
         host.store.close()

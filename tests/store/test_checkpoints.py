@@ -241,3 +241,46 @@ async def test_a_restore_holds_a_bounded_batch_of_blobs_in_memory(tmp_path: Path
     assert len(await shadow.restore(now, first, {"root": str(project)})) == 20
     assert all((project / f"f{n}.txt").read_bytes() == bytes([65 + n]) * 3000 for n in range(20))
     assert len(held) == 7 and max(held) <= 10_000  # 3 files (9,000 bytes) a batch
+
+
+@pytest.mark.asyncio
+async def test_issue33_stat_and_patches_agree_with_the_full_diff_for_any_file_name(tmp_path: Path, project: Path) -> None:
+    """Issue 33 §1: a turn's list is kept from ``stat`` (no diffs) and a diff is made only when asked, by
+    ``patches`` — many pairs of trees in one git process. Both give what ``diff`` gives, for names git
+    quotes (a quote, a backslash, a tab, a newline), names with spaces or non-ASCII letters, a binary file
+    and a diff too long to give whole; each pair's files go to that pair."""
+    shadow = ShadowRepo(tmp_path / "data", project)
+    names = ["sp ace.txt", 'quo"te.txt', "back\\slash.txt", "tab\there.txt", "new\nline.txt", "ünï/cödé.txt",
+             "x b/x", "plain.txt"]
+    first = await shadow.snapshot()
+    for n, name in enumerate(names):
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(f"line {n}\n")
+    (project / "blob.bin").write_bytes(b"a\0b")
+    (project / "README.md").write_text("".join(f"row {i}\n" for i in range(40_000)))  # a long diff
+    middle = await shadow.snapshot()
+    (project / "plain.txt").write_text("changed\n")
+    (project / "src" / "app.py").unlink()
+    last = await shadow.snapshot()
+    for old, new in ((first, middle), (middle, last), (first, last)):
+        full = {c.path: c for c in await shadow.diff(old, new)}
+        stats = await shadow.stat(old, new)
+        assert [s.path for s in stats] == list(full)
+        for s in stats:
+            c = full[s.path]
+            assert (s.status, s.additions, s.deletions, s.binary) == (c.status, c.additions, c.deletions,
+                                                                      c.diff == "binary")
+    pairs = [(first, middle), (middle, last), (first, last), (first, middle), (last, last)]
+    patches = await shadow.patches(pairs)
+    assert set(patches) == {(first, middle), (middle, last), (first, last)}
+    for pair, found in patches.items():
+        full = {c.path: c.diff for c in await shadow.diff(*pair)}
+        assert set(found) == set(full)
+        for path, text in found.items():
+            assert text.rstrip("\n") == full[path].rstrip("\n"), path
+    assert patches[(first, middle)]["blob.bin"] == "binary"
+    assert patches[(first, middle)]["README.md"].endswith("… (diff cut at 256 KiB)\n")
+    assert set(patches[(middle, last)]) == {"plain.txt", "src/app.py"}
+    only = await shadow.patches([(first, last)], {"new\nline.txt", "x b/x"})
+    assert set(only[(first, last)]) == {"new\nline.txt", "x b/x"}
+    assert only[(first, last)]["x b/x"] == patches[(first, last)]["x b/x"]

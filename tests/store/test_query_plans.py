@@ -18,7 +18,7 @@ import pytest
 from pidesk.store import repo
 from pidesk.store.db import Database
 
-GROWING = ("messages", "turns", "notifications", "permission_requests", "schedule_runs")
+GROWING = ("messages", "turns", "notifications", "permission_requests", "schedule_runs", "turn_changes")
 
 
 def scans_of(path: Path, operation: Callable[[sqlite3.Connection], object]) -> list[str]:
@@ -71,6 +71,10 @@ OPERATIONS: dict[str, Callable[[sqlite3.Connection], object]] = {
     "an open contract": lambda db: repo.has_open_contract(db, "s_1"),
     "the sessions list": lambda db: repo.list_sessions(db),
     "a session's audit": lambda db: repo.audit_entries(db, "s_1", 100),
+    "a page of a session's changes": lambda db: repo.change_items(db, "s_1", ("2026-01-01T00:00:00.000Z", "t_1"), 100),
+    "a session's changes": lambda db: repo.change_items(db, "s_1"),
+    "one turn's changes": lambda db: repo.change_item(db, "s_1", "t_1"),
+    "a turn's prompt": lambda db: repo.first_user_messages(db, "s_1", ["t_1"]),
 }
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
 from playwright.async_api import expect
 
@@ -93,3 +96,59 @@ async def test_a_file_too_large_to_checkpoint_says_so_in_the_panel_and_after_a_r
     await page.locator(".changes-confirm").get_by_role("button", name="Revert", exact=True).click()
     await expect(page.locator(".toast")).to_contain_text("left as they are (too large to checkpoint): big.bin")
     assert (ui.project / "big.bin").stat().st_size == 11000000 and not (ui.project / "notes.md").exists()
+
+async def test_issue31_33_the_panel_names_turns_by_prompt_and_time_and_a_turns_end_asks_for_that_turn_only(ui):
+    """Issue 31 §4: the Changes panel names each turn by its prompt's first line and its time, not by an id.
+    Issue 33 §1: the page reads a session's changes as a list (paged, no diffs) when it shows the session,
+    and after a turn ends asks session.changes for that turn alone, without diffs — never the whole session
+    again; a turn shown in the panel without diffs gets them then."""
+    s = await ui.session(permission_mode="auto")
+    sid = s["id"]
+    ui.provider.enqueue(sid, write("NOTES.md", "# Notes\n\nFirst.\n"), {"text": "Noted."})
+    await ui.call("agent.prompt", {"sessionId": sid, "text": "Add the notes file\nwith a second line"})
+    for _ in range(200):  # (the first turn runs over HTTP before the page opens)
+        turns = (await ui.call("session.turns", {"sessionId": sid}))["turns"]
+        if turns and turns[0]["state"] == "ended":
+            break
+        await asyncio.sleep(0.05)
+    first = turns[0]["id"]
+    asked: list[dict] = []
+
+    def sent(payload: str | bytes) -> None:
+        frames = json.loads(payload)
+        for frame in frames if isinstance(frames, list) else [frames]:
+            if frame.get("method") == "session.changes":
+                asked.append(frame["params"])
+
+    ui.page.on("websocket", lambda ws: ws.on("framesent", sent))
+    ui.provider.enqueue(sid, write("README.md", "# demo project\n\nTidied.\n"), {"text": "Tidied."})
+    await ui.open(session=sid)
+    page = ui.page
+    await expect(page.locator(f'.turn-changes[data-turn="{first}"]')).to_have_text("1 file changed +3 −0")
+    opening = list(asked)
+    assert opening and all("turnId" not in p and p.get("limit") for p in opening)  # the list, in pages
+    await ui.send("Tidy the readme")
+    await expect(page.locator(".turn-changes")).to_have_count(2)
+    second = [t["id"] for t in (await ui.call("session.turns", {"sessionId": sid}))["turns"] if t["id"] != first][0]
+    await expect(page.locator(f'.turn-changes[data-turn="{second}"]')).to_have_text("1 file changed +1 −1")
+    assert asked[len(opening):] == [{"sessionId": sid, "turnId": second, "diff": False}]  # that turn alone
+
+    await page.locator(f'.turn-changes[data-turn="{first}"]').get_by_role("button").click()
+    dialog = page.locator(".changes-dialog")
+    heads = dialog.locator(".changes-turn-head .changes-turn-title")
+    await expect(heads).to_have_text(["“Add the notes file”", "“Tidy the readme”"])
+    listed = (await ui.call("session.changes", {"sessionId": sid, "limit": 10}))["turns"]
+    for turn in listed:
+        shown = dialog.locator(f'.changes-turn[data-turn="{turn["turnId"]}"] time')
+        await expect(shown).to_have_attribute("datetime", turn["at"])
+        local = await page.evaluate("at => { const d = new Date(at); const p = (n) => String(n).padStart(2, '0');"
+                                    " return `${p(d.getHours())}:${p(d.getMinutes())}`; }", turn["at"])
+        await expect(shown).to_have_text(local)
+        await expect(dialog.locator(f'.changes-turn[data-turn="{turn["turnId"]}"] .changes-turn-head')
+                     ).not_to_contain_text(turn["turnId"])  # named, not by an id
+    # the first turn came in the list, without diffs: shown, it asks for them
+    await expect(dialog.locator(f'.changes-turn[data-turn="{first}"] .diff-add')).to_have_text(
+        ["+# Notes", "+", "+First."])
+    assert {"sessionId": sid, "turnId": first} in asked
+    assert not [p for p in asked[len(opening):] if "turnId" not in p]  # never the whole session again
+    await ui.screenshot("changes-panel-named.png")

@@ -10,3 +10,4 @@ from pidesk.store.repo.activity import *  # noqa: F403
 from pidesk.store.repo.contracts import *  # noqa: F403
 from pidesk.store.repo.recovery import *  # noqa: F403
 from pidesk.store.repo.sessions import *  # noqa: F403
+from pidesk.store.repo.changes import *  # noqa: F403
