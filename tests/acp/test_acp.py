@@ -78,11 +78,10 @@ def script(tmp_path: Path, *responses: dict[str, Any]) -> str:
 async def pidesk_acp(editor: Editor, data_dir: Path, model: str, *, env: dict[str, str] | None = None
                      ) -> AsyncIterator[Any]:
     async with acp.spawn_agent_process(editor, sys.executable, "-m", "pidesk", "acp", "--data-dir", str(data_dir),
-                                       "--model", model, env=env or dict(os.environ)) as (conn, process):
+                                       "--model", model, env=env or dict(os.environ)) as (conn, _process):
         init = await conn.initialize(protocol_version=1)
         assert init.protocol_version == 1
         yield conn
-    assert process.returncode is not None or process.pid
 
 
 @asynccontextmanager
@@ -99,12 +98,28 @@ async def served_host(data_dir: Path, model: str) -> AsyncIterator[None]:
         server.wait(timeout=30)
 
 
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
+
+
+@asynccontextmanager
+async def editor_on(editor: Editor, data_dir: Path, model: str, attached: bool) -> AsyncIterator[Any]:
+    """`pidesk acp` with its host embedded, or attached to a `pidesk serve` of the same data dir."""
+    async with served_host(data_dir, model) if attached else _nothing(), \
+            pidesk_acp(editor, data_dir, model, env=ATTACHED_ENV if attached else None) as conn:
+        yield conn
+
+
+BOTH = pytest.mark.parametrize("attached", [False, True], ids=["embedded", "attached"])
+
+
 PLAN = {"text": "Here is my plan.", "toolCalls": [{"name": "SubmitPlan", "args": {
     "title": "Add notes", "markdown": "# Add notes\n\n1. Write NOTES.md saying hello.", "question": "Shall I?"}}]}
 WRITE = {"text": "Writing it.", "toolCalls": [{"name": "Write", "args": {"path": "NOTES.md", "content": "hello\n"}}]}
 
 
-@pytest.mark.parametrize("attached", [False, True], ids=["embedded", "attached"])
+@BOTH
 @pytest.mark.asyncio
 async def test_a_plan_is_approved_in_the_editor_and_runs_in_the_same_prompt(project, data_dir, tmp_path, attached):
     """Plan mode → the contract as session/request_permission (its Markdown, approve under ask /
@@ -112,8 +127,7 @@ async def test_a_plan_is_approved_in_the_editor_and_runs_in_the_same_prompt(proj
     told the mode is Agent now, and the execution's Write asks in turn."""
     model = script(tmp_path, PLAN, WRITE, {"text": "Done: NOTES.md says hello."})
     editor = Editor(answers=["approve-ask", "allow-once"])
-    host = served_host(data_dir, model) if attached else _nothing()
-    async with host, pidesk_acp(editor, data_dir, model, env=ATTACHED_ENV if attached else None) as conn:
+    async with editor_on(editor, data_dir, model, attached) as conn:
         session = await conn.new_session(cwd=str(project), mcp_servers=[])
         assert session.modes is not None
         assert [m.id for m in session.modes.available_modes] == ["agent", "plan", "goal"]
@@ -143,11 +157,6 @@ async def test_a_plan_is_approved_in_the_editor_and_runs_in_the_same_prompt(proj
     assert edit["locations"] == [{"path": str(project / "NOTES.md")}]
 
 
-@asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield
-
-
 @pytest.mark.asyncio
 async def test_a_rejected_plan_is_revised_from_the_next_prompt(project, data_dir, tmp_path):
     """Reject → the prompt ends, nothing written, the session still in Plan; the next prompt is the
@@ -170,8 +179,9 @@ async def test_a_rejected_plan_is_revised_from_the_next_prompt(project, data_dir
     assert "PLAN_REJECTED" in rejected["content"][0]["content"]["text"]
 
 
+@BOTH
 @pytest.mark.asyncio
-async def test_bash_asks_and_the_editor_allows_or_rejects(project, data_dir, tmp_path):
+async def test_bash_asks_and_the_editor_allows_or_rejects(project, data_dir, tmp_path, attached):
     """A Bash call under ask is a request_permission: allowed, its output is shown as text; rejected, the
     call fails and says so. An escalated one (outside the sandbox) shows the agent's reason."""
     model = script(tmp_path,
@@ -181,7 +191,7 @@ async def test_bash_asks_and_the_editor_allows_or_rejects(project, data_dir, tmp
                                                             "justification": "needs the network"}}]},
                    {"text": "That is all."})
     editor = Editor(answers=["allow-once", "reject", "reject"])
-    async with pidesk_acp(editor, data_dir, model) as conn:
+    async with editor_on(editor, data_dir, model, attached) as conn:
         session = await conn.new_session(cwd=str(project), mcp_servers=[])
         done = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("run things")])
     assert done.stop_reason == "end_turn"
@@ -196,13 +206,14 @@ async def test_bash_asks_and_the_editor_allows_or_rejects(project, data_dir, tmp
     assert "commands outside the sandbox" in escalated["options"][1][2]
 
 
+@BOTH
 @pytest.mark.asyncio
-async def test_cancel_mid_turn_ends_the_prompt_cancelled(project, data_dir, tmp_path):
+async def test_cancel_mid_turn_ends_the_prompt_cancelled(project, data_dir, tmp_path, attached):
     """session/cancel while the model is still answering: the host aborts the turn and the prompt ends
     `cancelled`; the session takes the next prompt."""
     model = script(tmp_path, {"text": "Working on it.", "gateAfter": "never-released"}, {"text": "Back again."})
     editor = Editor()
-    async with pidesk_acp(editor, data_dir, model) as conn:
+    async with editor_on(editor, data_dir, model, attached) as conn:
         session = await conn.new_session(cwd=str(project), mcp_servers=[])
         prompt = asyncio.create_task(conn.prompt(session_id=session.session_id, prompt=[acp.text_block("wait")]))
         await editor.wait_for(lambda: "Working on it." in editor.said())  # the model now holds, mid-answer
@@ -237,8 +248,9 @@ async def test_load_replays_the_session(project, data_dir, tmp_path):
     assert [s.session_id for s in listed.sessions] == [session.session_id]
 
 
+@BOTH
 @pytest.mark.asyncio
-async def test_an_editors_mcp_server_is_offered_in_agent_mode_and_denied_in_plan(project, data_dir, tmp_path):
+async def test_an_editors_mcp_server_is_offered_in_agent_mode_and_denied_in_plan(project, data_dir, tmp_path, attached):
     """mcpServers in session/new run for that session under the configured servers' rules: in Agent mode
     the model's call reaches the server (asking first: its tools carry no hints); in Plan mode the same
     call is denied whatever the editor would answer."""
@@ -246,7 +258,7 @@ async def test_an_editors_mcp_server_is_offered_in_agent_mode_and_denied_in_plan
     model = script(tmp_path, call, {"text": "Echoed."}, call, {"text": "Denied, as expected."})
     editor = Editor(answers=["allow-once", "allow-once"])
     server = acp.schema.McpServerStdio(name="demo", command=sys.executable, args=[str(PLUGIN_SERVER)], env=[])
-    async with pidesk_acp(editor, data_dir, model) as conn:
+    async with editor_on(editor, data_dir, model, attached) as conn:
         session = await conn.new_session(cwd=str(project), mcp_servers=[server])
         await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("echo something")])
         await conn.set_session_mode(session_id=session.session_id, mode_id="plan")
