@@ -3,8 +3,10 @@
 The store's ``ShadowRepo`` (``store/checkpoints.py``) does the recording; this
 module decides when, and attributes:
 
-- A checkpoint when each turn starts (``before_turn``: a full scan, the turn's
-  "before" state), and after each call of a tool that can change the workspace —
+- A checkpoint when each turn starts (``before_turn``: the turn's "before"
+  state — what the root's watch saw change since the last checkpoint, the user's
+  edits between turns included; a scan of every file only when the watch cannot
+  vouch for its answer), and after each call of a tool that can change the workspace —
   Write, Edit, Bash, plugin tools, delegates' calls (``after_call``: the paths
   the root's watch saw change, or a Write's or Edit's file). Neither holds the
   turn up: both run as tasks, so the model request overlaps them, and only a
@@ -130,7 +132,7 @@ class Checkpoints:
     # ---- hooks ------------------------------------------------------------------------
 
     def before_turn(self, live: LiveTurn) -> None:
-        """Start recording the workspace as the turn finds it (a full scan, in the background) once the
+        """Start recording the workspace as the turn finds it (in the background) once the
         model client is ready: on a cold start the SDK's import is what the first request waits for,
         and the scan's git processes and threads slowed it by ~90 ms (docs/benchmarks.md). Nothing
         of the turn can change the workspace meanwhile: a tool call waits for this checkpoint."""
@@ -218,8 +220,9 @@ class Checkpoints:
             if project.off is not None:
                 return
             try:
-                tree = await project.repo.snapshot(sorted(paths) if paths is not None else None,
-                                                   full=kind == "turn")
+                # a turn's "before" state too looks only where the watch saw change (the user's edits
+                # between turns included); without a watch that can vouch, the scan covers the root
+                tree = await project.repo.snapshot(sorted(paths) if paths is not None else None)
                 skipped = project.repo.skipped
                 if kind == "turn" or tree != project.last or skipped:
                     entry: dict[str, Any] = {"k": kind, "s": session_id, "t": turn_id, "tree": tree, "at": now_iso()}

@@ -22,8 +22,9 @@ tracked file among them goes straight to ``update-index`` (no ignore rule
 applies to a tracked file); anything else is listed by ``ls-files -t -m -d -o
 --exclude-standard -- <paths>`` against the shadow index, which holds the
 previous snapshot; then ``write-tree``. When the watch cannot vouch for its
-answer, at each turn's start and for a revert, the listing covers the whole
-root (a stat of every file). The first snapshot of a root streams its files
+answer (not started, overflowed, a ``.gitignore`` changed: ``store/treewatch.py``),
+and for a revert, the listing covers the whole root (a stat of every file;
+``full_scans`` counts them). The first snapshot of a root streams its files
 through ``fast-import`` into one pack (a loose object per file and per directory
 costs ~0.1 ms of file-system work each) and reads the index from that tree.
 The project's ``.gitignore`` files are honoured; the shadow's ``info/exclude`` adds
@@ -165,6 +166,7 @@ class ShadowRepo:
         self._held: dict[str, tuple[int, int]] = {}
         # what the last snapshot saw change but could not record: path -> (status, size in bytes)
         self.skipped: dict[str, tuple[str, int]] = {}
+        self.full_scans = 0  # listings of the whole root so far (each a stat of every file)
         self.watch = TreeWatch(root)
 
     # ---- git ------------------------------------------------------------------------
@@ -400,6 +402,8 @@ class ShadowRepo:
         scan = ["ls-files", "-z", "-t", "-m", "-d", "-o", "--exclude-standard"]
         if scope:
             scan += ["--", *(f":(literal){p}" for p in sorted(scope))]
+        else:
+            self.full_scans += 1
         changed: list[str] = []
         large: list[str] = []
         added = 0
@@ -455,6 +459,7 @@ class ShadowRepo:
         """The first snapshot of a root: its files streamed into one pack by ``git fast-import``
         (one file written, where ``update-index`` writes a loose object per file and per
         directory), then the index read from that tree and refreshed against the files."""
+        self.full_scans += 1
         listed = (await self._git("ls-files", "-z", "-o", "--exclude-standard")).split(b"\0")
         paths = [os.fsdecode(p) for p in listed if p and not p.endswith(b"/")]  # "dir/": a nested repository
         if len(paths) > self.max_files:

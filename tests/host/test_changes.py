@@ -402,3 +402,34 @@ async def test_a_file_back_under_the_cap_is_recorded_again_and_a_revert_never_wr
     assert (project / "README.md").read_text() == "short again\n"  # not "# demo project", a state it never had then
     back = await host.call("session.revert", {"sessionId": sid, "turnId": result["revertId"]})
     assert back["files"] == [] and (project / "README.md").read_text() == "short again\n"
+
+
+async def test_issue33_a_hand_edit_between_turns_is_in_the_next_turns_before_state_without_a_full_scan(
+    host, provider, project
+):
+    """Issue 33 §3: a turn's "before" checkpoint takes the watch's word for what changed since the last
+    one — an unchanged watched tree is not listed in full (a stat of every file) — and a hand edit made
+    between turns is still in it: it is not counted as the turn's change, and reverting the turn puts
+    the hand-edited content back, not the previous turn's."""
+    sid = (await session(host, project, permissionMode="auto"))["id"]
+    await _turn(host, provider, sid, tool("Write", path="README.md", content="by turn one\n"))
+    shadow = checkpoints.of(host.parts)._project(project).repo
+    if not shadow.watch.available:
+        pytest.skip("inotify is not available here (Linux only)")
+    assert shadow.watch.watching
+    scans = shadow.full_scans
+    quiet = await _turn(host, provider, sid, tool("Bash", command="true"))
+    assert shadow.full_scans == scans  # nothing changed: nothing listed, whatever the tree's size
+    (project / "README.md").write_text("by hand\n")
+    (project / "src" / "hand.py").write_text("print('mine')\n")
+    second = await _turn(host, provider, sid, tool("Write", path="README.md", content="by turn two\n"))
+    assert shadow.full_scans == scans
+    changes = await host.call("session.changes", {"sessionId": sid})
+    assert _files(changes, quiet) == {}
+    two = _files(changes, second)
+    assert set(two) == {"README.md"}
+    assert "-by hand" in two["README.md"]["diff"] and "+by turn two" in two["README.md"]["diff"]
+    reverted = await host.call("session.revert", {"sessionId": sid, "turnId": second})
+    assert reverted["files"] == ["README.md"]
+    assert (project / "README.md").read_text() == "by hand\n"
+    assert (project / "src" / "hand.py").read_text() == "print('mine')\n"
