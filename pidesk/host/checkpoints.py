@@ -70,10 +70,6 @@ from pidesk.tools.base import ToolFailure
 log = logging.getLogger("pidesk.checkpoints")
 
 CHANGING_TOOLS = frozenset({"Write", "Edit", "Bash"})
-# Roots watched at once (store/treewatch.py). Each watch is an inotify instance, of which a user
-# has 128 by default, shared with editors and other tools: the least recently checkpointed root
-# beyond this stops watching (its next checkpoint scans in full and starts the watch again).
-MAX_WATCHED_ROOTS = 8
 RECHECK_S = 300.0  # a root too large to checkpoint is counted again by a turn starting this much later
 PREVIEW_LIMIT = 1024 * 1024  # bytes of an existing file a permission preview reads
 PREVIEW_LINES = 3000  # lines a side a permission preview diffs (~0.2 s of difflib at worst here)
@@ -203,18 +199,37 @@ class Checkpoints:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _unwatch_idle_roots(self) -> None:
-        watching = [p for p in self._projects.values() if p.repo.watch.watching]
-        for project in watching[:max(0, len(watching) - MAX_WATCHED_ROOTS)]:
-            if not project.lock.locked():  # a snapshot in flight may be reading its watch
-                project.repo.close()
+    async def _make_room(self, project: _Project) -> None:
+        """Before a root not watched now starts its watch: unwatch the least recently checkpointed
+        idle roots while the directories it watched last time (or wanted, when they did not fit)
+        would pass the shared budget (``store/treewatch.py``). Every root shares one inotify
+        instance, so any number of roots is watched while their directories fit; past that the
+        roots used least stop watching, and their next checkpoint scans in full and starts again."""
+        watch = project.repo.watch
+        if watch.watching or not watch.available:
+            return
+        inotify = watch.inotify
+        freed = 0
+        victims = []
+        for other in list(self._projects.values()):  # oldest use first
+            if inotify.count - freed + watch.size < inotify.budget:
+                break
+            if other is not project and other.repo.watch.watching and not other.lock.locked():
+                victims.append(other.repo)
+                freed += other.repo.watch.size
+        def unwatch() -> None:
+            for shadow in victims:
+                shadow.close()
+
+        if victims:
+            await asyncio.to_thread(unwatch)
 
     async def _record(self, project: _Project, session_id: str, turn_id: str, kind: str) -> None:
         if kind == "turn":
             ready = getattr(self.p.provider, "ready", None)  # (a vendor SDK's client: see before_turn)
             if callable(ready):
                 await ready()
-        self._unwatch_idle_roots()
+        await self._make_room(project)
         async with project.lock:
             paths = project.waiting.pop((session_id, turn_id), None) if kind == "call" else None
             if project.off is not None:
