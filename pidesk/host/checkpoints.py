@@ -52,8 +52,9 @@ import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pidesk.core.errors import Code, Conflict, NotFound, PideskError
 from pidesk.core.records import ToolCallBlock
@@ -61,15 +62,16 @@ from pidesk.host import validate
 from pidesk.host.changes import ChangeLists
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
-from pidesk.ids import new_id, now_iso
+from pidesk.ids import iso, new_id, now_iso, utcnow
 from pidesk.store import Store, repo
-from pidesk.store.checkpoints import CheckpointError, ShadowRepo, TooLarge
+from pidesk.store.checkpoints import CheckpointError, JournalUnit, ShadowRepo, TooLarge
 from pidesk.tools import workspace
 from pidesk.tools.base import ToolFailure
 
 log = logging.getLogger("pidesk.checkpoints")
 
 CHANGING_TOOLS = frozenset({"Write", "Edit", "Bash"})
+PRUNE_EVERY = 50  # turns of a root between two looks at its retention policy (and one at its first use)
 RECHECK_S = 300.0  # a root too large to checkpoint is counted again by a turn starting this much later
 PREVIEW_LIMIT = 1024 * 1024  # bytes of an existing file a permission preview reads
 PREVIEW_LINES = 3000  # lines a side a permission preview diffs (~0.2 s of difflib at worst here)
@@ -88,6 +90,8 @@ class _Project:
     waiting: dict[tuple[str, str], set[str] | None] = field(default_factory=dict)
     failed_turns: set[str] = field(default_factory=set)
     noted_sessions: set[str] = field(default_factory=set)
+    turns: int = 0  # turns ended since its retention policy was last applied
+    pruning: asyncio.Task[None] | None = None
 
 
 _BY_STORE: weakref.WeakKeyDictionary[Store, Checkpoints] = weakref.WeakKeyDictionary()
@@ -121,8 +125,8 @@ class Checkpoints:
             limits = {k: v for k, v in (("size_cap", self.size_cap), ("max_files", self.max_files)) if v is not None}
             shadow = ShadowRepo(self.p.store.data_dir, root, faults=self.p.store.faults, **limits)
             project = self._projects[root] = _Project(shadow)
-            entries = shadow.entries()
-            project.last = entries[-1].get("tree") if entries else None
+            project.last = shadow.last_tree()
+            project.turns = PRUNE_EVERY  # its first use in this process applies the retention policy
         return project
 
     # ---- hooks ------------------------------------------------------------------------
@@ -293,6 +297,75 @@ class Checkpoints:
         root = self._root(live.session_id)
         if root is not None:
             self.lists.settle(live, root, recording)
+            project = self._project(root)
+            project.turns += 1
+            if project.turns >= PRUNE_EVERY:
+                self._prune_soon(project, root)
+
+    # ---- retention --------------------------------------------------------------------------
+
+    def policy(self) -> str:
+        """The retention policy in words, naming its settings."""
+        config = self.p.config
+        return (f"checkpoint_keep_turns = {config.checkpoint_keep_turns}, "
+                f"checkpoint_keep_days = {config.checkpoint_keep_days:g}")
+
+    def _prune_soon(self, project: _Project, root: Path) -> None:
+        """Apply the retention policy to ``root`` in the background, once its turns are idle."""
+        config = self.p.config
+        if project.pruning is not None or (config.checkpoint_keep_turns <= 0 and config.checkpoint_keep_days <= 0):
+            return
+        async def prune() -> None:
+            await self.prune(root)
+
+        task = asyncio.create_task(prune(), name=f"checkpoint retention {root}")
+        project.pruning = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            project.pruning = None
+
+        task.add_done_callback(done)
+        self._track(task)
+
+    async def prune(self, root: Path) -> int:
+        """Forget the checkpoints the retention policy no longer keeps (``checkpoint_keep_turns`` per
+        session, made in the last ``checkpoint_keep_days``): their journal lines and the git objects only
+        they reached. Under the root's lock, never while a turn of the root runs (then: at a later turn's
+        end). A pruned turn keeps its stored list of files; its diffs and its revert are gone. Returns the
+        turns and reverts pruned."""
+        project = self._project(root)
+        config = self.p.config
+        if project.off is not None or self._root_busy(str(root)):
+            return 0
+        async with project.lock:
+            if self._root_busy(str(root)):
+                return 0
+            project.turns = 0
+            try:
+                units = await asyncio.to_thread(project.repo.units)
+                drop = beyond_policy(units, config.checkpoint_keep_turns, config.checkpoint_keep_days, utcnow())
+                if not drop:
+                    return 0
+                marks = await self.lists.keep_rows(project.repo, [u for u in units if u.id in drop])
+                pruned = await project.repo.prune(drop, marks, {
+                    "at": now_iso(), "keepTurns": config.checkpoint_keep_turns,
+                    "keepDays": config.checkpoint_keep_days})
+            except Exception as exc:  # retention never fails anything: the next look tries again
+                log.warning("pruning the checkpoints of %s failed: %s", root, exc)
+                return 0
+        log.info("pruned the checkpoints of %d turns and reverts of %s (%s)", len(drop), root, self.policy())
+        return pruned and len(drop)
+
+    def _root_busy(self, root: str) -> bool:
+        for live in list(self.p.live.turns.values()):
+            if self._roots.get(live.session_id) == Path(root):
+                return True
+            try:
+                if self.p.session(live.session_id).root == root:
+                    return True
+            except PideskError:
+                continue
+        return False
 
     async def changes(self, session_id: Any, turn_id: Any = None, path: Any = None, limit: Any = None,
                       cursor: Any = None, diff: Any = None) -> dict[str, Any]:
@@ -315,15 +388,9 @@ class Checkpoints:
             raise Conflict(f"cannot revert: {project.off}", Code.NOT_FOUND)
         async with project.lock:
             self._refuse_busy(session.id, session.root)
-            entries = await asyncio.to_thread(project.repo.entries)
-            found = next(((n, e["tree"], e.get("held", [])) for n, e in enumerate(entries) if e.get("s") == session.id
-                          and e.get("t") == turn_id and e.get("k") == "turn"), None)
+            found = await asyncio.to_thread(self._target, project, session.id, turn_id)
             if found is None:
-                found = next(((n, e["prev"], e.get("prevHeld", [])) for n, e in enumerate(entries)
-                              if e.get("s") == session.id and e.get("id") == turn_id and e.get("k") == "revert"), None)
-            if found is None:
-                raise NotFound(f"no checkpoint before {turn_id!r} in session {session.id} "
-                               "(a turn from before checkpoints, or of another session)")
+                self._not_found(project, session.id, turn_id)
             start, target, held_then = found
             revert_id = new_id("rv")
             at = now_iso()
@@ -333,7 +400,8 @@ class Checkpoints:
                 note = {"root": session.root, "session": session.id, "turn": turn_id, "revertId": revert_id,
                         "from": current, "to": target, "at": at}
                 files = await project.repo.restore(current, target, note, keep=set(held_then))
-                kept = self._not_restored(project, entries[start:], held_then, files)
+                kept = self._not_restored(project, await asyncio.to_thread(project.repo.big_since, start),
+                                          held_then, files)
                 after = await project.repo.snapshot(full=True)
                 await asyncio.to_thread(project.repo.append, {
                     "k": "revert", "s": session.id, "id": revert_id, "t": turn_id, "prev": current, "tree": after,
@@ -348,6 +416,30 @@ class Checkpoints:
         await self.lists.reverted(session.id, revert_id, at=at, revert_of=turn_id, before=current, after=after,
                                   shadow=project.repo)
         return {"files": files, "revertId": revert_id, "notRestored": kept}
+
+    @staticmethod
+    def _target(project: _Project, session_id: str, turn_id: str) -> tuple[int, str, list[str]] | None:
+        """Where a revert of ``turn_id`` (a turn, or a revert by its id) goes: its line's place in the
+        journal, the tree and the files over the size cap then."""
+        found = project.repo.find(session_id, turn_id, "turn")
+        if found is not None:
+            return found[0], found[1]["tree"], found[1].get("held", [])
+        found = project.repo.find(session_id, turn_id, "revert")
+        if found is not None:
+            return found[0], found[1]["prev"], found[1].get("prevHeld", [])
+        return None
+
+    def _not_found(self, project: _Project, session_id: str, turn_id: str) -> NoReturn:
+        """NOT_FOUND for a revert with no checkpoint to go to — saying so when the retention policy pruned it."""
+        horizon = project.repo.pruned_before(session_id)
+        if horizon is not None:
+            with self.p.store.db.read() as db:
+                item = repo.change_item(db, session_id, turn_id)
+            if item is not None and item.at <= horizon:
+                raise NotFound(f"the checkpoint before {turn_id!r} was pruned by the retention policy "
+                               f"({self.policy()}): it can no longer be reverted")
+        raise NotFound(f"no checkpoint before {turn_id!r} in session {session_id} "
+                       "(a turn from before checkpoints, or of another session)")
 
     @staticmethod
     def _not_restored(project: _Project, since_target: list[dict[str, Any]], held_then: list[str], files: list[str]
@@ -370,6 +462,23 @@ class Checkpoints:
             if other.root == root:
                 raise Conflict(f"session {other.id} is running in the same project; revert once it is idle",
                                Code.AGENT_BUSY)
+
+
+def beyond_policy(units: list[JournalUnit], keep_turns: int, keep_days: float, now: datetime) -> set[str]:
+    """The ids of the turns and reverts (``units``, in the journal's order) the retention policy no
+    longer keeps: beyond each session's last ``keep_turns`` (its reverts count as turns), or made more
+    than ``keep_days`` ago. 0 lifts either limit."""
+    drop: set[str] = set()
+    if keep_days > 0:
+        cutoff = iso(now - timedelta(days=keep_days))
+        drop |= {u.id for u in units if u.at and u.at < cutoff}
+    if keep_turns > 0:
+        by_session: dict[str, list[str]] = {}
+        for u in units:
+            by_session.setdefault(u.session, []).append(u.id)
+        for ids in by_session.values():
+            drop.update(ids[:max(0, len(ids) - keep_turns)])
+    return drop
 
 
 # ---- permission previews ----------------------------------------------------------------
