@@ -34,6 +34,11 @@ module decides when, and attributes:
   checkpoint journals the tracked files over the cap then (``held``): no tree
   holds their content at that point. A revert leaves both kinds as they are and
   names them in ``notRestored``.
+- Retention (issue 33 §3): each session's last ``checkpoint_keep_turns`` turns made in the
+  last ``checkpoint_keep_days`` days keep their checkpoints (``beyond_policy``); ``prune``
+  forgets the rest on a root's first use in a process and every ``PRUNE_EVERY`` turns, in
+  the background, under the root's lock and only while no turn of the root runs. Their
+  stored lists stay (stored first when missing); their diffs and reverts say they were pruned.
 - ``revert``: idle only — the session and every other session on the same root
   (``AGENT_BUSY``). Under the root's lock: a snapshot of now (so hand edits are
   reverted too, and can be restored), the restore, a snapshot of the result, the

@@ -3,7 +3,8 @@
 Layout, under ``<data-dir>/checkpoints/`` (0700)::
 
     <key>.git/       the shadow repository of one root (key: a hash of the root's path)
-    <key>.jsonl      its journal: one JSON line per recorded checkpoint, oldest first
+    <key>.jsonl      its journal: one JSON line per recorded checkpoint, oldest first (after a prune,
+                     headed by a ``{k: "pruned"}`` line saying up to when each session's are gone)
     <key>.revert     present only while a revert runs (the durable "revert in progress" marker)
 
 Every git invocation of pidesk is here. Each runs the system ``git`` from a
@@ -40,6 +41,12 @@ after ignores raises ``TooLarge``.
 Git objects and journal lines of plain checkpoints are not fsynced: a power cut
 can lose the last checkpoints' records, never a workspace file. A revert's
 marker and journal line are synced.
+
+The journal is indexed once per process (each line's offset, kind, session and turn): the
+host reads a turn's lines, not the whole file. ``prune`` forgets the turns a retention policy
+no longer keeps (the policy is the host's): ``refs/pidesk/keep`` is pointed at a tree of
+every tree still named (the journal alone names them), the journal is rewritten atomically,
+then ``git repack -a -d`` and ``git prune`` delete what nothing reaches.
 
 A revert fetches the blobs it restores in batches of at most ``RESTORE_BATCH``
 bytes, so its memory is bounded whatever it restores. It writes each file to a temporary sibling and renames it over its path
