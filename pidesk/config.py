@@ -10,6 +10,8 @@ about (``HostConfig.config_dir``; pidesk.host.instructions), wherever the config
     model = "openai/gpt-4.1"          # the default model (else: demo, built in and offline)
     approval_timeout = 1800           # seconds a submitted plan waits for a decision
     notification_retention_days = 30  # notifications older than this are deleted, seen or not
+    checkpoint_keep_turns = 200       # checkpoints kept: each session's last 200 turns (0: no count limit)
+    checkpoint_keep_days = 30         # … made in the last 30 days (0: no age limit); older ones are pruned
     strict_planning = false           # true: Bash in Plan/Goal cannot write even the root, even under auto
     http_transport = "pidesk"         # plain-http:// model servers: pidesk's lean transport; "httpx": httpx's
     max_retries = 10                  # retries of a failed model request (PIDESK_MAX_RETRIES, --max-retries)
@@ -73,6 +75,8 @@ from pidesk.runtime.gate import DEFAULT_SLOTS
 
 DEFAULT_APPROVAL_TIMEOUT = 1800.0
 DEFAULT_NOTIFICATION_RETENTION_DAYS = 30.0
+DEFAULT_CHECKPOINT_KEEP_TURNS = 200
+DEFAULT_CHECKPOINT_KEEP_DAYS = 30.0
 DEFAULT_CONTEXT_LIMIT = DEFAULT_WINDOW
 DEFAULT_COMPACT_AT = 0.85
 # What a HostConfig built without from_environ gets: the sandbox on. A test run on a machine without
@@ -130,6 +134,10 @@ class HostConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     # notifications older than this many days are deleted, seen or not (pidesk.host.notifications)
     notification_retention_days: float = DEFAULT_NOTIFICATION_RETENTION_DAYS
+    # checkpoints kept per session: its last this many turns (0: any number) made in the last this many days
+    # (0: any age); the rest are pruned from the shadow repositories (pidesk.host.checkpoints)
+    checkpoint_keep_turns: int = DEFAULT_CHECKPOINT_KEEP_TURNS
+    checkpoint_keep_days: float = DEFAULT_CHECKPOINT_KEEP_DAYS
 
     def __post_init__(self) -> None:
         # absolute: git runs in a project's root, Bash in its cwd, and a relative data dir
@@ -190,6 +198,10 @@ class HostConfig:
             lean_http=_http_transport(env, file) == "pidesk" and not any(env.get(name) for name in _PROXY_VARIABLES),
             retry=_retry_policy(env, file, max_retries),
             notification_retention_days=_retention_days(env, file),
+            checkpoint_keep_turns=int(_zero_or_more(env, file, "PIDESK_CHECKPOINT_KEEP_TURNS", "checkpoint_keep_turns",
+                                                    DEFAULT_CHECKPOINT_KEEP_TURNS, whole=True)),
+            checkpoint_keep_days=_zero_or_more(env, file, "PIDESK_CHECKPOINT_KEEP_DAYS", "checkpoint_keep_days",
+                                               DEFAULT_CHECKPOINT_KEEP_DAYS, whole=False),
             faults=Faults(
                 frozenset(p for p in env.get("PIDESK_FAULT", "").split(",") if p),
                 env.get("PIDESK_FAULT_ACTION", "kill"),
@@ -264,6 +276,23 @@ def _retention_days(env: Mapping[str, str], file: Mapping[str, Any]) -> float:
     if days is None or not 1 <= days < 1e6:
         raise InvalidParams(f"{source} = {raw!r}: it takes a number of days of at least 1", Code.INVALID_PARAMS)
     return days
+
+
+def _zero_or_more(env: Mapping[str, str], file: Mapping[str, Any], variable: str, key: str, default: float, *,
+                  whole: bool) -> float:
+    """The variable > the file's key > ``default``: a number of at least 0 (a whole one when ``whole``; 0: no
+    limit); anything else is refused, naming its source."""
+    source, raw = (variable, env[variable]) if env.get(variable) else (f"{key} in the config file", file.get(key))
+    if raw is None:
+        return default
+    try:
+        value = (int(raw) if whole else float(raw)) if not isinstance(raw, bool) else None
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not 0 <= value < 1e9:
+        kind = "a whole number" if whole else "a number"
+        raise InvalidParams(f"{source} = {raw!r}: it takes {kind} of at least 0 (0: no limit)", Code.INVALID_PARAMS)
+    return value
 
 
 # What every command's environment may carry (issue 28): a command needs these to behave as in a

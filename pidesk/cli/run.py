@@ -7,6 +7,7 @@ running host would ignore — it refuses before it creates anything: no session,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from pathlib import Path
@@ -127,6 +128,11 @@ async def show_status(config: HostConfig, as_json: bool) -> None:
                                        "heldQueues": host.recovery.held_queues,
                                        "restoredSessions": host.recovery.boot.restored_sessions,
                                        "quarantined": host.recovery.boot.quarantined}
+    from pidesk.store.checkpoints import usage as checkpoint_usage
+
+    repos, size = await asyncio.to_thread(checkpoint_usage, config.data_dir)
+    report["checkpoints"] = {"repositories": repos, "bytes": size, "keepTurns": config.checkpoint_keep_turns,
+                             "keepDays": config.checkpoint_keep_days}
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
@@ -145,6 +151,7 @@ async def show_status(config: HostConfig, as_json: bool) -> None:
     click.echo(f"queued prompts: {report['queued']}")
     if report["sandbox"] is not None:  # (an older host does not say)
         click.echo(sandbox_line(report["sandbox"]))
+    click.echo(checkpoints_line(report["checkpoints"]))
     recovered = report.get("recovered")
     if recovered is None:
         return
@@ -156,6 +163,20 @@ async def show_status(config: HostConfig, as_json: bool) -> None:
         click.echo(f"restored orphaned session: {session_id}")
     for path in recovered["quarantined"]:
         click.echo(f"quarantined transcript tail: {path}")
+
+
+def checkpoints_line(found: dict[str, Any]) -> str:
+    """The shadow repositories' size and the retention policy that bounds it."""
+    turns, days = found["keepTurns"], found["keepDays"]
+    kept = " made in ".join(part for part in (
+        f"each session's last {turns} turns" if turns else "", f"the last {days:g} days" if days else "") if part)
+    if not kept:
+        kept = "every turn (no limit)"
+    elif not turns:
+        kept = "turns made in " + kept
+    repos = found["repositories"]
+    return (f"checkpoints: {repos} shadow repositor{'y' if repos == 1 else 'ies'}, {found['bytes'] / 2**20:,.1f} MiB; "
+            f"kept: {kept} (checkpoint_keep_turns, checkpoint_keep_days)")
 
 
 _NOUNS = {"turns": "turn", "permissions": "permission request", "approvals": "plan approval",

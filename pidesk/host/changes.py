@@ -39,7 +39,7 @@ from pidesk.host import validate
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.store import repo
-from pidesk.store.checkpoints import CheckpointError, ShadowRepo
+from pidesk.store.checkpoints import CheckpointError, JournalUnit, ShadowRepo
 from pidesk.store.repo.changes import ChangeItem
 
 if TYPE_CHECKING:
@@ -190,6 +190,35 @@ class ChangeLists:
             repo.put_revert_changes(db, revert_id, session_id, at=at, revert_of=revert_of, before=before,
                                     after=after, files=files)
 
+    async def keep_rows(self, shadow: ShadowRepo, units: list[JournalUnit]) -> dict[str, str]:
+        """Before a prune forgets ``units``: each has its row with its files (rows outlive checkpoints).
+        Returns, by session, the newest time (a turn's start, a revert's) among them."""
+        with self.p.store.db.read() as db:
+            stored = {item.id: item for u in units if (item := repo.change_item(db, u.session, u.id)) is not None}
+        marks: dict[str, str] = {}
+        for u in units:
+            if u.id in stored:
+                marks[u.session] = max(marks.get(u.session, ""), stored[u.id].at)
+        by_session: dict[str, set[str]] = {}
+        for u in units:
+            item = stored.get(u.id)
+            if u.kind == "turn" and (item is None or item.files is None):
+                by_session.setdefault(u.session, set()).add(u.id)
+            elif u.kind == "revert" and item is not None and item.files is None:
+                files = await revert_files(shadow, item.before, item.after)
+                with self.p.store.db.tx(durable=False) as db:
+                    repo.fill_changes(db, item.id, files)
+        for session_id, ids in by_session.items():
+            journal = await asyncio.to_thread(shadow.turn_entries, session_id, ids)
+            prompts = await self.p.in_thread(self.p.store.turn_prompts, session_id, sorted(ids))
+            for turn_id in sorted(ids):
+                listed = await turn_files(shadow, journal.get(turn_id, []))
+                with self.p.store.db.tx(durable=False) as db:
+                    repo.put_turn_changes(db, turn_id, session_id, prompt=prompt_line(prompts.get(turn_id)),
+                                          before=listed.before, after=listed.after, files=listed.files,
+                                          replace=False)
+        return marks
+
     # ---- reading -------------------------------------------------------------------------
 
     async def read(self, session: Session, turn_id: str | None, path: Any, limit: Any, cursor: Any, diff: Any,
@@ -239,7 +268,7 @@ class ChangeLists:
                 if not turns[0]["files"]:
                     raise NotFound(f"turn {turn_id} changed no file {path!r}")
             if with_diffs:
-                await self._add_diffs(project.repo, items, turns)
+                await self._add_diffs(project.repo, items, turns, self._pruned(project.repo, session.id))
         except CheckpointError as exc:
             raise PideskError(f"cannot read the checkpoints of {session.root}: {exc}") from None
         last = items[-1] if items else None
@@ -260,7 +289,7 @@ class ChangeLists:
         if root in self._reconciled:
             return
         self._reconciled.add(root)
-        reverts = [e for e in await asyncio.to_thread(project.repo.entries) if e.get("k") == "revert"]
+        reverts = await asyncio.to_thread(project.repo.reverts)
         if not reverts:
             return
         with self.p.store.db.read() as db:
@@ -294,10 +323,7 @@ class ChangeLists:
         journal: dict[str, list[dict[str, Any]]] = {}
         prompts: dict[str, str] = {}
         if missing:
-            ids = {i.id for i in missing}
-            for e in await asyncio.to_thread(project.repo.entries):
-                if e.get("s") == session_id and e.get("t") in ids and e.get("k") in ("turn", "call"):
-                    journal.setdefault(e["t"], []).append(e)
+            journal = await asyncio.to_thread(project.repo.turn_entries, session_id, {i.id for i in missing})
             prompts = await self.p.in_thread(self.p.store.turn_prompts, session_id, [i.id for i in missing])
         done: list[ChangeItem] = []
         for item in items:
@@ -330,12 +356,33 @@ class ChangeLists:
             out |= {"revert": True, "revertOf": item.revert_of or None}
         return out
 
+    def _pruned(self, shadow: ShadowRepo, session_id: str) -> Callable[[ChangeItem], str | None]:
+        """What a pruned turn's or revert's diffs say instead (None for one still kept)."""
+        horizon = shadow.pruned_before(session_id)
+        config = self.p.config
+
+        def said(item: ChangeItem) -> str | None:
+            if horizon is None or item.at > horizon:
+                return None
+            return ("(the checkpoints of this turn were pruned by the retention policy — checkpoint_keep_turns = "
+                    f"{config.checkpoint_keep_turns}, checkpoint_keep_days = {config.checkpoint_keep_days:g} — "
+                    "so its diff is gone; the list of files stays)")
+
+        return said
+
     @staticmethod
-    async def _add_diffs(shadow: ShadowRepo, items: list[ChangeItem], turns: list[dict[str, Any]]) -> None:
-        """Each file's ``diff``: the sentence its row holds, ``"binary"``, or git's (one process for all)."""
+    async def _add_diffs(shadow: ShadowRepo, items: list[ChangeItem], turns: list[dict[str, Any]],
+                         pruned: Callable[[ChangeItem], str | None]) -> None:
+        """Each file's ``diff``: the sentence its row holds, ``"binary"``, git's (one process for all), or
+        the sentence saying the retention policy pruned it."""
         wanted: set[str] = set()
         pairs: list[tuple[str, str]] = []
         for item, turn in zip(items, turns, strict=True):
+            gone = pruned(item)
+            if gone is not None:
+                for f in turn["files"]:
+                    f["diff"] = gone
+                continue
             stored = {f["path"]: f for f in item.files or ()}
             needs = [f["path"] for f in turn["files"] if "diff" not in stored[f["path"]] and not f.get("binary")]
             if needs and item.before is not None and item.after is not None:
@@ -343,6 +390,8 @@ class ChangeLists:
                 wanted.update(needs)
         patches = await shadow.patches(pairs, wanted) if pairs else {}
         for item, turn in zip(items, turns, strict=True):
+            if pruned(item) is not None:
+                continue
             stored = {f["path"]: f for f in item.files or ()}
             found = patches.get((item.before or "", item.after or ""), {})
             for f in turn["files"]:

@@ -3,8 +3,10 @@
 The store's ``ShadowRepo`` (``store/checkpoints.py``) does the recording; this
 module decides when, and attributes:
 
-- A checkpoint when each turn starts (``before_turn``: a full scan, the turn's
-  "before" state), and after each call of a tool that can change the workspace —
+- A checkpoint when each turn starts (``before_turn``: the turn's "before"
+  state — what the root's watch saw change since the last checkpoint, the user's
+  edits between turns included; a scan of every file only when the watch cannot
+  vouch for its answer), and after each call of a tool that can change the workspace —
   Write, Edit, Bash, plugin tools, delegates' calls (``after_call``: the paths
   the root's watch saw change, or a Write's or Edit's file). Neither holds the
   turn up: both run as tasks, so the model request overlaps them, and only a
@@ -32,6 +34,11 @@ module decides when, and attributes:
   checkpoint journals the tracked files over the cap then (``held``): no tree
   holds their content at that point. A revert leaves both kinds as they are and
   names them in ``notRestored``.
+- Retention (issue 33 §3): each session's last ``checkpoint_keep_turns`` turns made in the
+  last ``checkpoint_keep_days`` days keep their checkpoints (``beyond_policy``); ``prune``
+  forgets the rest on a root's first use in a process and every ``PRUNE_EVERY`` turns, in
+  the background, under the root's lock and only while no turn of the root runs. Their
+  stored lists stay (stored first when missing); their diffs and reverts say they were pruned.
 - ``revert``: idle only — the session and every other session on the same root
   (``AGENT_BUSY``). Under the root's lock: a snapshot of now (so hand edits are
   reverted too, and can be restored), the restore, a snapshot of the result, the
@@ -50,8 +57,9 @@ import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pidesk.core.errors import Code, Conflict, NotFound, PideskError
 from pidesk.core.records import ToolCallBlock
@@ -59,19 +67,16 @@ from pidesk.host import validate
 from pidesk.host.changes import ChangeLists
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
-from pidesk.ids import new_id, now_iso
+from pidesk.ids import iso, new_id, now_iso, utcnow
 from pidesk.store import Store, repo
-from pidesk.store.checkpoints import CheckpointError, ShadowRepo, TooLarge
+from pidesk.store.checkpoints import CheckpointError, JournalUnit, ShadowRepo, TooLarge
 from pidesk.tools import workspace
 from pidesk.tools.base import ToolFailure
 
 log = logging.getLogger("pidesk.checkpoints")
 
 CHANGING_TOOLS = frozenset({"Write", "Edit", "Bash"})
-# Roots watched at once (store/treewatch.py). Each watch is an inotify instance, of which a user
-# has 128 by default, shared with editors and other tools: the least recently checkpointed root
-# beyond this stops watching (its next checkpoint scans in full and starts the watch again).
-MAX_WATCHED_ROOTS = 8
+PRUNE_EVERY = 50  # turns of a root between two looks at its retention policy (and one at its first use)
 RECHECK_S = 300.0  # a root too large to checkpoint is counted again by a turn starting this much later
 PREVIEW_LIMIT = 1024 * 1024  # bytes of an existing file a permission preview reads
 PREVIEW_LINES = 3000  # lines a side a permission preview diffs (~0.2 s of difflib at worst here)
@@ -90,6 +95,8 @@ class _Project:
     waiting: dict[tuple[str, str], set[str] | None] = field(default_factory=dict)
     failed_turns: set[str] = field(default_factory=set)
     noted_sessions: set[str] = field(default_factory=set)
+    turns: int = 0  # turns ended since its retention policy was last applied
+    pruning: asyncio.Task[None] | None = None
 
 
 _BY_STORE: weakref.WeakKeyDictionary[Store, Checkpoints] = weakref.WeakKeyDictionary()
@@ -123,14 +130,14 @@ class Checkpoints:
             limits = {k: v for k, v in (("size_cap", self.size_cap), ("max_files", self.max_files)) if v is not None}
             shadow = ShadowRepo(self.p.store.data_dir, root, faults=self.p.store.faults, **limits)
             project = self._projects[root] = _Project(shadow)
-            entries = shadow.entries()
-            project.last = entries[-1].get("tree") if entries else None
+            project.last = shadow.last_tree()
+            project.turns = PRUNE_EVERY  # its first use in this process applies the retention policy
         return project
 
     # ---- hooks ------------------------------------------------------------------------
 
     def before_turn(self, live: LiveTurn) -> None:
-        """Start recording the workspace as the turn finds it (a full scan, in the background) once the
+        """Start recording the workspace as the turn finds it (in the background) once the
         model client is ready: on a cold start the SDK's import is what the first request waits for,
         and the scan's git processes and threads slowed it by ~90 ms (docs/benchmarks.md). Nothing
         of the turn can change the workspace meanwhile: a tool call waits for this checkpoint."""
@@ -201,25 +208,45 @@ class Checkpoints:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _unwatch_idle_roots(self) -> None:
-        watching = [p for p in self._projects.values() if p.repo.watch.watching]
-        for project in watching[:max(0, len(watching) - MAX_WATCHED_ROOTS)]:
-            if not project.lock.locked():  # a snapshot in flight may be reading its watch
-                project.repo.close()
+    async def _make_room(self, project: _Project) -> None:
+        """Before a root not watched now starts its watch: unwatch the least recently checkpointed
+        idle roots while the directories it watched last time (or wanted, when they did not fit)
+        would pass the shared budget (``store/treewatch.py``). Every root shares one inotify
+        instance, so any number of roots is watched while their directories fit; past that the
+        roots used least stop watching, and their next checkpoint scans in full and starts again."""
+        watch = project.repo.watch
+        if watch.watching or not watch.available:
+            return
+        inotify = watch.inotify
+        freed = 0
+        victims = []
+        for other in list(self._projects.values()):  # oldest use first
+            if inotify.count - freed + watch.size < inotify.budget:
+                break
+            if other is not project and other.repo.watch.watching and not other.lock.locked():
+                victims.append(other.repo)
+                freed += other.repo.watch.size
+        def unwatch() -> None:
+            for shadow in victims:
+                shadow.close()
+
+        if victims:
+            await asyncio.to_thread(unwatch)
 
     async def _record(self, project: _Project, session_id: str, turn_id: str, kind: str) -> None:
         if kind == "turn":
             ready = getattr(self.p.provider, "ready", None)  # (a vendor SDK's client: see before_turn)
             if callable(ready):
                 await ready()
-        self._unwatch_idle_roots()
+        await self._make_room(project)
         async with project.lock:
             paths = project.waiting.pop((session_id, turn_id), None) if kind == "call" else None
             if project.off is not None:
                 return
             try:
-                tree = await project.repo.snapshot(sorted(paths) if paths is not None else None,
-                                                   full=kind == "turn")
+                # a turn's "before" state too looks only where the watch saw change (the user's edits
+                # between turns included); without a watch that can vouch, the scan covers the root
+                tree = await project.repo.snapshot(sorted(paths) if paths is not None else None)
                 skipped = project.repo.skipped
                 if kind == "turn" or tree != project.last or skipped:
                     entry: dict[str, Any] = {"k": kind, "s": session_id, "t": turn_id, "tree": tree, "at": now_iso()}
@@ -275,6 +302,75 @@ class Checkpoints:
         root = self._root(live.session_id)
         if root is not None:
             self.lists.settle(live, root, recording)
+            project = self._project(root)
+            project.turns += 1
+            if project.turns >= PRUNE_EVERY:
+                self._prune_soon(project, root)
+
+    # ---- retention --------------------------------------------------------------------------
+
+    def policy(self) -> str:
+        """The retention policy in words, naming its settings."""
+        config = self.p.config
+        return (f"checkpoint_keep_turns = {config.checkpoint_keep_turns}, "
+                f"checkpoint_keep_days = {config.checkpoint_keep_days:g}")
+
+    def _prune_soon(self, project: _Project, root: Path) -> None:
+        """Apply the retention policy to ``root`` in the background, once its turns are idle."""
+        config = self.p.config
+        if project.pruning is not None or (config.checkpoint_keep_turns <= 0 and config.checkpoint_keep_days <= 0):
+            return
+        async def prune() -> None:
+            await self.prune(root)
+
+        task = asyncio.create_task(prune(), name=f"checkpoint retention {root}")
+        project.pruning = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            project.pruning = None
+
+        task.add_done_callback(done)
+        self._track(task)
+
+    async def prune(self, root: Path) -> int:
+        """Forget the checkpoints the retention policy no longer keeps (``checkpoint_keep_turns`` per
+        session, made in the last ``checkpoint_keep_days``): their journal lines and the git objects only
+        they reached. Under the root's lock, never while a turn of the root runs (then: at a later turn's
+        end). A pruned turn keeps its stored list of files; its diffs and its revert are gone. Returns the
+        turns and reverts pruned."""
+        project = self._project(root)
+        config = self.p.config
+        if project.off is not None or self._root_busy(str(root)):
+            return 0
+        async with project.lock:
+            if self._root_busy(str(root)):
+                return 0
+            project.turns = 0
+            try:
+                units = await asyncio.to_thread(project.repo.units)
+                drop = beyond_policy(units, config.checkpoint_keep_turns, config.checkpoint_keep_days, utcnow())
+                if not drop:
+                    return 0
+                marks = await self.lists.keep_rows(project.repo, [u for u in units if u.id in drop])
+                pruned = await project.repo.prune(drop, marks, {
+                    "at": now_iso(), "keepTurns": config.checkpoint_keep_turns,
+                    "keepDays": config.checkpoint_keep_days})
+            except Exception as exc:  # retention never fails anything: the next look tries again
+                log.warning("pruning the checkpoints of %s failed: %s", root, exc)
+                return 0
+        log.info("pruned the checkpoints of %d turns and reverts of %s (%s)", len(drop), root, self.policy())
+        return pruned and len(drop)
+
+    def _root_busy(self, root: str) -> bool:
+        for live in list(self.p.live.turns.values()):
+            if self._roots.get(live.session_id) == Path(root):
+                return True
+            try:
+                if self.p.session(live.session_id).root == root:
+                    return True
+            except PideskError:
+                continue
+        return False
 
     async def changes(self, session_id: Any, turn_id: Any = None, path: Any = None, limit: Any = None,
                       cursor: Any = None, diff: Any = None) -> dict[str, Any]:
@@ -297,15 +393,9 @@ class Checkpoints:
             raise Conflict(f"cannot revert: {project.off}", Code.NOT_FOUND)
         async with project.lock:
             self._refuse_busy(session.id, session.root)
-            entries = await asyncio.to_thread(project.repo.entries)
-            found = next(((n, e["tree"], e.get("held", [])) for n, e in enumerate(entries) if e.get("s") == session.id
-                          and e.get("t") == turn_id and e.get("k") == "turn"), None)
+            found = await asyncio.to_thread(self._target, project, session.id, turn_id)
             if found is None:
-                found = next(((n, e["prev"], e.get("prevHeld", [])) for n, e in enumerate(entries)
-                              if e.get("s") == session.id and e.get("id") == turn_id and e.get("k") == "revert"), None)
-            if found is None:
-                raise NotFound(f"no checkpoint before {turn_id!r} in session {session.id} "
-                               "(a turn from before checkpoints, or of another session)")
+                self._not_found(project, session.id, turn_id)
             start, target, held_then = found
             revert_id = new_id("rv")
             at = now_iso()
@@ -315,7 +405,8 @@ class Checkpoints:
                 note = {"root": session.root, "session": session.id, "turn": turn_id, "revertId": revert_id,
                         "from": current, "to": target, "at": at}
                 files = await project.repo.restore(current, target, note, keep=set(held_then))
-                kept = self._not_restored(project, entries[start:], held_then, files)
+                kept = self._not_restored(project, await asyncio.to_thread(project.repo.big_since, start),
+                                          held_then, files)
                 after = await project.repo.snapshot(full=True)
                 await asyncio.to_thread(project.repo.append, {
                     "k": "revert", "s": session.id, "id": revert_id, "t": turn_id, "prev": current, "tree": after,
@@ -330,6 +421,30 @@ class Checkpoints:
         await self.lists.reverted(session.id, revert_id, at=at, revert_of=turn_id, before=current, after=after,
                                   shadow=project.repo)
         return {"files": files, "revertId": revert_id, "notRestored": kept}
+
+    @staticmethod
+    def _target(project: _Project, session_id: str, turn_id: str) -> tuple[int, str, list[str]] | None:
+        """Where a revert of ``turn_id`` (a turn, or a revert by its id) goes: its line's place in the
+        journal, the tree and the files over the size cap then."""
+        found = project.repo.find(session_id, turn_id, "turn")
+        if found is not None:
+            return found[0], found[1]["tree"], found[1].get("held", [])
+        found = project.repo.find(session_id, turn_id, "revert")
+        if found is not None:
+            return found[0], found[1]["prev"], found[1].get("prevHeld", [])
+        return None
+
+    def _not_found(self, project: _Project, session_id: str, turn_id: str) -> NoReturn:
+        """NOT_FOUND for a revert with no checkpoint to go to — saying so when the retention policy pruned it."""
+        horizon = project.repo.pruned_before(session_id)
+        if horizon is not None:
+            with self.p.store.db.read() as db:
+                item = repo.change_item(db, session_id, turn_id)
+            if item is not None and item.at <= horizon:
+                raise NotFound(f"the checkpoint before {turn_id!r} was pruned by the retention policy "
+                               f"({self.policy()}): it can no longer be reverted")
+        raise NotFound(f"no checkpoint before {turn_id!r} in session {session_id} "
+                       "(a turn from before checkpoints, or of another session)")
 
     @staticmethod
     def _not_restored(project: _Project, since_target: list[dict[str, Any]], held_then: list[str], files: list[str]
@@ -352,6 +467,23 @@ class Checkpoints:
             if other.root == root:
                 raise Conflict(f"session {other.id} is running in the same project; revert once it is idle",
                                Code.AGENT_BUSY)
+
+
+def beyond_policy(units: list[JournalUnit], keep_turns: int, keep_days: float, now: datetime) -> set[str]:
+    """The ids of the turns and reverts (``units``, in the journal's order) the retention policy no
+    longer keeps: beyond each session's last ``keep_turns`` (its reverts count as turns), or made more
+    than ``keep_days`` ago. 0 lifts either limit."""
+    drop: set[str] = set()
+    if keep_days > 0:
+        cutoff = iso(now - timedelta(days=keep_days))
+        drop |= {u.id for u in units if u.at and u.at < cutoff}
+    if keep_turns > 0:
+        by_session: dict[str, list[str]] = {}
+        for u in units:
+            by_session.setdefault(u.session, []).append(u.id)
+        for ids in by_session.values():
+            drop.update(ids[:max(0, len(ids) - keep_turns)])
+    return drop
 
 
 # ---- permission previews ----------------------------------------------------------------

@@ -3,7 +3,8 @@
 Layout, under ``<data-dir>/checkpoints/`` (0700)::
 
     <key>.git/       the shadow repository of one root (key: a hash of the root's path)
-    <key>.jsonl      its journal: one JSON line per recorded checkpoint, oldest first
+    <key>.jsonl      its journal: one JSON line per recorded checkpoint, oldest first (after a prune,
+                     headed by a ``{k: "pruned"}`` line saying up to when each session's are gone)
     <key>.revert     present only while a revert runs (the durable "revert in progress" marker)
 
 Every git invocation of pidesk is here. Each runs the system ``git`` from a
@@ -22,8 +23,9 @@ tracked file among them goes straight to ``update-index`` (no ignore rule
 applies to a tracked file); anything else is listed by ``ls-files -t -m -d -o
 --exclude-standard -- <paths>`` against the shadow index, which holds the
 previous snapshot; then ``write-tree``. When the watch cannot vouch for its
-answer, at each turn's start and for a revert, the listing covers the whole
-root (a stat of every file). The first snapshot of a root streams its files
+answer (not started, overflowed, a ``.gitignore`` changed: ``store/treewatch.py``),
+and for a revert, the listing covers the whole root (a stat of every file;
+``full_scans`` counts them). The first snapshot of a root streams its files
 through ``fast-import`` into one pack (a loose object per file and per directory
 costs ~0.1 ms of file-system work each) and reads the index from that tree.
 The project's ``.gitignore`` files are honoured; the shadow's ``info/exclude`` adds
@@ -39,6 +41,12 @@ after ignores raises ``TooLarge``.
 Git objects and journal lines of plain checkpoints are not fsynced: a power cut
 can lose the last checkpoints' records, never a workspace file. A revert's
 marker and journal line are synced.
+
+The journal is indexed once per process (each line's offset, kind, session and turn): the
+host reads a turn's lines, not the whole file. ``prune`` forgets the turns a retention policy
+no longer keeps (the policy is the host's): ``refs/pidesk/keep`` is pointed at a tree of
+every tree still named (the journal alone names them), the journal is rewritten atomically,
+then ``git repack -a -d`` and ``git prune`` delete what nothing reaches.
 
 A revert fetches the blobs it restores in batches of at most ``RESTORE_BATCH``
 bytes, so its memory is bounded whatever it restores. It writes each file to a temporary sibling and renames it over its path
@@ -56,7 +64,8 @@ import json
 import os
 import stat
 import subprocess
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable, Sequence, Set
 from typing import IO, Any
@@ -75,6 +84,7 @@ PATHSPEC_MAX = 50  # paths named to one diff (beyond, the diff covers every path
 # git matches each path of each pair against every pathspec — 1,000 pairs × 1,000 paths took 17 s)
 TEMP_SUFFIX = ".pidesk-revert"
 FIRST_REF = "refs/pidesk/first"  # the first snapshot's commit (fast-import writes one)
+KEEP_REF = "refs/pidesk/keep"  # a tree holding every tree the journal still names (prune keeps what it reaches)
 
 # The shadow repository's configuration. A split index: an incremental snapshot rewrites a
 # small file of the entries that changed, not the whole index (0.9 MB for 10k files) twice.
@@ -165,6 +175,9 @@ class ShadowRepo:
         self._held: dict[str, tuple[int, int]] = {}
         # what the last snapshot saw change but could not record: path -> (status, size in bytes)
         self.skipped: dict[str, tuple[str, int]] = {}
+        self.full_scans = 0  # listings of the whole root so far (each a stat of every file)
+        self._index: _Index | None = None  # the journal's lines by turn, read once (None: not yet)
+        self._index_lock = threading.Lock()  # readers of the journal run beside its writer
         self.watch = TreeWatch(root)
 
     # ---- git ------------------------------------------------------------------------
@@ -400,6 +413,8 @@ class ShadowRepo:
         scan = ["ls-files", "-z", "-t", "-m", "-d", "-o", "--exclude-standard"]
         if scope:
             scan += ["--", *(f":(literal){p}" for p in sorted(scope))]
+        else:
+            self.full_scans += 1
         changed: list[str] = []
         large: list[str] = []
         added = 0
@@ -455,6 +470,7 @@ class ShadowRepo:
         """The first snapshot of a root: its files streamed into one pack by ``git fast-import``
         (one file written, where ``update-index`` writes a loose object per file and per
         directory), then the index read from that tree and refreshed against the files."""
+        self.full_scans += 1
         listed = (await self._git("ls-files", "-z", "-o", "--exclude-standard")).split(b"\0")
         paths = [os.fsdecode(p) for p in listed if p and not p.endswith(b"/")]  # "dir/": a nested repository
         if len(paths) > self.max_files:
@@ -742,13 +758,24 @@ class ShadowRepo:
 
     def append(self, entry: dict[str, Any], *, durable: bool = False) -> None:
         self._make_base()
-        with open(self.journal, "a", opener=_private) as f:
-            f.write(json.dumps(entry, separators=(",", ":")) + "\n")
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+        line = json.dumps(entry, separators=(",", ":")).encode() + b"\n"
+        with self._index_lock:
+            index = self._index
+            with open(self.journal, "ab", opener=_private) as f:
+                offset = f.tell()
+                if index is not None and index.torn:  # a line a crash cut short: the new one starts afresh
+                    f.write(b"\n")
+                    offset += 1
+                f.write(line)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            if index is not None:
+                index.torn = False
+                index.add(offset, entry)
 
     def entries(self) -> list[dict[str, Any]]:
+        """Every line of the journal (a test's or a tool's look: the host reads it by turn)."""
         try:
             text = self.journal.read_text()
         except FileNotFoundError:
@@ -756,8 +783,242 @@ class ShadowRepo:
         out = []
         for line in text.splitlines():
             with contextlib.suppress(ValueError):  # a torn last line
-                out.append(json.loads(line))
+                entry = json.loads(line)
+                if entry.get("k") != "pruned":
+                    out.append(entry)
         return out
+
+    # ---- the journal, by turn -------------------------------------------------------------
+
+    def _loaded(self) -> _Index:
+        """The journal's index (read in full once per process; hold ``_index_lock``)."""
+        if self._index is None:
+            index = _Index()
+            try:
+                with open(self.journal, "rb") as f:
+                    offset = 0
+                    for raw in f:
+                        with contextlib.suppress(ValueError):
+                            entry = json.loads(raw)
+                            if isinstance(entry, dict):
+                                index.add(offset, entry)
+                        offset += len(raw)
+                        index.torn = not raw.endswith(b"\n")
+            except FileNotFoundError:
+                pass
+            self._index = index
+        return self._index
+
+    def _read_at(self, offsets: Sequence[int]) -> list[dict[str, Any]]:
+        """The journal's lines at ``offsets`` (hold ``_index_lock``: a prune replaces the file)."""
+        out: list[dict[str, Any]] = []
+        if not offsets:
+            return out
+        with open(self.journal, "rb") as f:
+            for offset in offsets:
+                f.seek(offset)
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(f.readline()))
+        return out
+
+    def last_tree(self) -> str | None:
+        """The tree of the journal's last checkpoint."""
+        with self._index_lock:
+            return self._loaded().last_tree
+
+    def turn_entries(self, session_id: str, turn_ids: Set[str]) -> dict[str, list[dict[str, Any]]]:
+        """The "turn" and "call" lines of each of ``turn_ids`` (of ``session_id``), in order."""
+        with self._index_lock:
+            index = self._loaded()
+            wanted = sorted(line.offset for turn_id in turn_ids for line in index.units.get(turn_id, ())
+                            if line.session == session_id and line.kind in ("turn", "call"))
+            found: dict[str, list[dict[str, Any]]] = {}
+            for entry in self._read_at(wanted):
+                found.setdefault(entry.get("t", ""), []).append(entry)
+            return found
+
+    def find(self, session_id: str, unit: str, kind: str) -> tuple[int, dict[str, Any]] | None:
+        """A turn's "turn" line, or a revert's line (by the revert's id), with its place in the journal."""
+        with self._index_lock:
+            index = self._loaded()
+            line = next((x for x in index.units.get(unit, ()) if x.session == session_id and x.kind == kind), None)
+            if line is None:
+                return None
+            found = self._read_at([line.offset])
+            return (index.lines.index(line), found[0]) if found else None
+
+    def big_since(self, position: int) -> list[dict[str, Any]]:
+        """The call lines from ``position`` on that name files over the size cap."""
+        with self._index_lock:
+            index = self._loaded()
+            return self._read_at([line.offset for line in index.lines[position:] if line.big])
+
+    def reverts(self) -> list[dict[str, Any]]:
+        """Every revert line."""
+        with self._index_lock:
+            index = self._loaded()
+            return self._read_at([line.offset for line in index.lines if line.kind == "revert"])
+
+    def units(self) -> list[JournalUnit]:
+        """The turns and reverts the journal holds checkpoints of, in the journal's order."""
+        with self._index_lock:
+            index = self._loaded()
+            seen: dict[str, JournalUnit] = {}
+            for line in index.lines:
+                if line.unit and line.kind in ("turn", "call", "revert"):
+                    known = seen.get(line.unit)
+                    kind = "revert" if line.kind == "revert" else "turn"
+                    seen[line.unit] = JournalUnit(line.session, line.unit, kind, known.at if known else line.at)
+            return list(seen.values())
+
+    def pruned_before(self, session_id: str) -> str | None:
+        """Up to when (a turn's start, a revert's time) the turns and reverts of ``session_id`` have had
+        their checkpoints pruned (None: none has)."""
+        with self._index_lock:
+            return self._loaded().horizons.get(session_id)
+
+    # ---- retention ---------------------------------------------------------------------------
+
+    async def prune(self, drop: Set[str], marks: dict[str, str], note: dict[str, Any]) -> int:
+        """Forget the checkpoints of the turns and reverts ``drop`` names (by id): their journal lines go
+        and git's objects that no kept line's tree reaches are deleted. ``marks``: by session, the time
+        (a turn's start, a revert's) up to which its turns and reverts are now pruned (``pruned_before``).
+        Returns the lines removed.
+
+        The order keeps a kill anywhere harmless: (1) a ref to a tree of every tree kept — each kept
+        line's, and the index's (git keeps what a ref reaches; the journal alone names the trees);
+        (2) the journal rewritten to a temporary file, synced and renamed over (``note`` and the time
+        of each session's newest removed line head it); (3) ``git repack -a -d`` and ``git prune``.
+        Killed before (2), nothing is lost; after, unreachable objects wait for the next prune."""
+        await self._ensure()
+        with self._index_lock:
+            index = self._loaded()
+            kept = [line for line in index.lines if line.unit not in drop]
+            gone = [line for line in index.lines if line.unit in drop]
+        if not gone:
+            return 0
+        raw = await asyncio.to_thread(self._raw_lines, [line.offset for line in kept])
+        trees: set[str] = set()
+        for text in raw:
+            with contextlib.suppress(ValueError):
+                entry = json.loads(text)
+                trees |= {t for t in (entry.get("tree"), entry.get("prev")) if isinstance(t, str)}
+        if (self.git_dir / "index").exists():
+            trees.add((await self._git("write-tree")).decode().strip())
+        present = await self._present(trees)
+        listing = "".join(f"040000 tree {tree}\tk{n}\n" for n, tree in enumerate(sorted(present)))
+        keep = (await self._git("mktree", stdin=listing.encode())).decode().strip()
+        await self._git("update-ref", KEEP_REF, keep)
+        await self._git("update-ref", "-d", FIRST_REF, ok=(0, 1))  # its tree is kept while a line names it
+        self.faults.hit("checkpoints.prune_before_journal")
+        horizons = dict(index.horizons)
+        for session_id, at in marks.items():
+            horizons[session_id] = max(horizons.get(session_id, ""), at)
+        header = {"k": "pruned", "at": note.pop("at", ""), "horizons": horizons, **note}
+        await asyncio.to_thread(self._rewrite, header, raw)
+        self.faults.hit("checkpoints.prune_after_journal")
+        await self._git("repack", "-a", "-d", "-q")
+        await self._git("prune", "--expire=now")
+        return len(gone)
+
+    async def _present(self, trees: set[str]) -> set[str]:
+        """Of ``trees``, those the repository holds (a power cut may have lost the last ones)."""
+        if not trees:
+            return set()
+        out = await self._git("cat-file", "--batch-check", stdin="".join(f"{t}\n" for t in sorted(trees)).encode())
+        return {parts[0] for parts in (line.split() for line in out.decode().splitlines())
+                if len(parts) == 3 and parts[1] == "tree"}
+
+    def _raw_lines(self, offsets: list[int]) -> list[bytes]:
+        out: list[bytes] = []
+        with self._index_lock, open(self.journal, "rb") as f:
+            for offset in offsets:
+                f.seek(offset)
+                line = f.readline()
+                if line.strip():
+                    out.append(line if line.endswith(b"\n") else line + b"\n")
+        return out
+
+    def _rewrite(self, header: dict[str, Any], lines: list[bytes]) -> None:
+        tmp = self.journal.with_name(self.journal.name + ".tmp")
+        with open(tmp, "wb", opener=_private) as f:
+            f.write(json.dumps(header, separators=(",", ":")).encode() + b"\n")
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        with self._index_lock:
+            os.replace(tmp, self.journal)
+            self._index = None  # read again on next use
+        fsync_dir(self.base)
+
+    def disk_bytes(self) -> int:
+        """Bytes the shadow repository and its journal take."""
+        return _tree_bytes(self.git_dir) + _size(self.journal)
+
+
+@dataclass(frozen=True)
+class JournalUnit:
+    """A turn's checkpoints (its "turn" and "call" lines) or a revert's line."""
+
+    session: str
+    id: str
+    kind: str  # "turn" | "revert"
+    at: str  # its first line's time
+
+
+@dataclass(frozen=True)
+class _Line:
+    offset: int
+    kind: str
+    session: str
+    unit: str  # the turn's id ("turn", "call"), the revert's ("revert")
+    at: str
+    big: bool
+
+
+@dataclass
+class _Index:
+    """A journal's lines without their trees: what finding a turn's lines takes."""
+
+    lines: list[_Line] = field(default_factory=list)
+    units: dict[str, list[_Line]] = field(default_factory=dict)
+    horizons: dict[str, str] = field(default_factory=dict)  # session -> newest pruned line's time
+    last_tree: str | None = None
+    torn: bool = False
+
+    def add(self, offset: int, entry: dict[str, Any]) -> None:
+        kind = str(entry.get("k", ""))
+        if kind == "pruned":
+            found = entry.get("horizons")
+            if isinstance(found, dict):
+                self.horizons |= {str(k): str(v) for k, v in found.items()}
+            return
+        unit = entry.get("id") if kind == "revert" else entry.get("t")
+        line = _Line(offset, kind, str(entry.get("s", "")), str(unit or ""), str(entry.get("at", "")),
+                     bool(entry.get("big")))
+        self.lines.append(line)
+        if line.unit:
+            self.units.setdefault(line.unit, []).append(line)
+        if isinstance(entry.get("tree"), str):
+            self.last_tree = entry["tree"]
+
+
+def usage(data_dir: Path) -> tuple[int, int]:
+    """The shadow repositories under ``data_dir``: how many, and the bytes they and their journals take."""
+    base = data_dir / DIR_NAME
+    if not base.is_dir():
+        return 0, 0
+    repos = sum(1 for p in base.glob("*.git") if p.is_dir())
+    return repos, _tree_bytes(base)
+
+
+def _tree_bytes(directory: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
 
 
 def interrupted_reverts(data_dir: Path) -> list[dict[str, Any]]:

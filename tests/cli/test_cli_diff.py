@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,25 @@ def test_a_file_too_large_to_checkpoint_is_named_by_diff_and_left_by_revert(proj
     assert "Reverted 1 file:\n  README.md" in done
     assert "Left as they are (too large to checkpoint" in done and "  big.bin" in done
     assert (project / "README.md").read_text() == "# demo project\n" and (project / "big.bin").stat().st_size == 11000000
+
+
+def test_issue33_status_shows_the_shadow_repositories_size_and_the_retention_policy(project, data_dir, tmp_path):
+    """Issue 33 §3: `pidesk status` says how much the checkpoints take and what the retention policy
+    keeps, naming its settings (PIDESK_CHECKPOINT_KEEP_TURNS / _DAYS like every setting)."""
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps({"responses": [
+        {"toolCalls": [{"name": "Write", "args": {"path": "README.md", "content": "# renamed\n"}}]},
+        {"text": "Done."}]}))
+    pidesk("run", str(project), "change things", "--model", f"scripted/{script}", "--permission", "auto",
+           data_dir=data_dir)
+    shown = pidesk("status", data_dir=data_dir).stdout
+    assert "checkpoints: 1 shadow repository, " in shown
+    assert "kept: each session's last 200 turns made in the last 30 days (checkpoint_keep_turns" in shown
+    env = {**os.environ, "PIDESK_CHECKPOINT_KEEP_TURNS": "0", "PIDESK_CHECKPOINT_KEEP_DAYS": "7"}
+    done = subprocess.run([sys.executable, "-m", "pidesk", "status", "--json", "--data-dir", str(data_dir)],
+                          capture_output=True, text=True, timeout=60, env=env, check=True)
+    found = json.loads(done.stdout)["checkpoints"]
+    assert found["repositories"] == 1 and found["bytes"] > 0 and (found["keepTurns"], found["keepDays"]) == (0, 7)
+    bad = subprocess.run([sys.executable, "-m", "pidesk", "status", "--data-dir", str(data_dir)], capture_output=True,
+                         text=True, timeout=60, env={**env, "PIDESK_CHECKPOINT_KEEP_TURNS": "lots"})
+    assert bad.returncode != 0 and "PIDESK_CHECKPOINT_KEEP_TURNS" in bad.stderr and "Traceback" not in bad.stderr

@@ -241,34 +241,75 @@ async def test_issue17_finished_turn_event_order_lets_a_client_read_changes_at_t
     assert set(_files(await host.call("session.changes", {"sessionId": s["id"]}), turn["turnId"])) == {"last.txt"}
 
 
-async def test_issue17_roots_beyond_the_watched_few_stop_watching_and_still_record_every_change(
-    host, provider, tmp_path, monkeypatch
+async def test_issue33_more_roots_than_the_old_cap_are_all_watched_and_checkpointed(host, provider, tmp_path):
+    """Issue 33 §3: a watch per root was an inotify instance (a user has 128, shared with editors), so
+    a host watched 8 roots and the 9th busy one made every checkpoint of the least recent scan in full.
+    One instance serves every root now: 12 projects, each turn's changes right, each root still watched
+    after all of them, and a second round of turns scans no root in full — hand edits between rounds
+    included in the next "before" state, not in the turn's changes."""
+    roots = []
+    for n in range(12):
+        root = tmp_path / f"p{n}"
+        root.mkdir()
+        (root / "a.txt").write_text(f"{n}\n")
+        roots.append(root)
+    sids = [(await session(host, root, permissionMode="auto"))["id"] for root in roots]
+    firsts = await asyncio.gather(*(_turn(host, provider, sid, tool("Bash", command=f"echo {n} > b.txt"))
+                                    for n, sid in enumerate(sids)))
+    for sid in sids:  # (each waits for its turn's checkpoints)
+        await host.call("session.changes", {"sessionId": sid})
+    repos = [checkpoints.of(host.parts)._project(root).repo for root in roots]
+    if not repos[0].watch.available:
+        pytest.skip("inotify is not available here (Linux only)")
+    assert all(r.watch.watching for r in repos)
+    scans = [r.full_scans for r in repos]
+    for root in roots[::2]:
+        (root / "a.txt").write_text("by hand\n")
+    seconds = await asyncio.gather(*(_turn(host, provider, sid, tool("Bash", command="echo x > c.txt"))
+                                     for sid in sids))
+    for sid, first, second in zip(sids, firsts, seconds, strict=True):
+        changes = await host.call("session.changes", {"sessionId": sid})
+        assert set(_files(changes, first)) == {"b.txt"} and set(_files(changes, second)) == {"c.txt"}
+    assert [r.full_scans for r in repos] == scans and all(r.watch.watching for r in repos)
+    reverted = await host.call("session.revert", {"sessionId": sids[0], "turnId": seconds[0]})
+    assert reverted["files"] == ["c.txt"] and (roots[0] / "a.txt").read_text() == "by hand\n"
+
+
+async def test_issue33_past_the_watch_budget_the_least_recent_root_stops_watching_and_misses_nothing(
+    host, provider, tmp_path
 ):
-    """Issue 17: a host watches a few roots at once (each watch is one of the user's 128 inotify
-    instances); the least recently checkpointed root stops watching, and a change made there
-    meanwhile is still recorded under the next turn that makes one."""
-    monkeypatch.setattr(checkpoints, "MAX_WATCHED_ROOTS", 1)
+    """Issue 33 §3: the roots share a budget of watched directories; a root whose watch would pass it
+    makes the least recently checkpointed idle root stop watching (not the other way round), and a
+    change made in the unwatched root meanwhile is still recorded by its next checkpoint."""
     roots = []
     for name in ("one", "two"):
         root = tmp_path / name
-        root.mkdir()
+        (root / "sub" / "deeper").mkdir(parents=True)
         (root / "a.txt").write_text(f"{name}\n")
         roots.append(root)
     one, two = [(await session(host, root, permissionMode="auto"))["id"] for root in roots]
     await _turn(host, provider, one, tool("Bash", command="echo 1 > b.txt"))
-    repos = {r: checkpoints.of(host.parts)._project(r).repo for r in roots}
-    if not repos[roots[0]].watch.available:
+    repos = [checkpoints.of(host.parts)._project(root).repo for root in roots]
+    inotify = repos[0].watch.inotify
+    if not inotify.available:
         pytest.skip("inotify is not available here (Linux only)")
-    assert repos[roots[0]].watch.watching
-    await _turn(host, provider, two, tool("Bash", command="echo 2 > b.txt"))
-    assert repos[roots[1]].watch.watching and not repos[roots[0]].watch.watching
-    (roots[0] / "by-hand.txt").write_text("unwatched\n")
-    last = await _turn(host, provider, one, tool("Bash", command="echo 3 > c.txt"))
-    changes = await host.call("session.changes", {"sessionId": one, "turnId": last})
-    assert set(_files(changes, last)) == {"c.txt"}  # the hand edit came before the turn: not its change
-    assert repos[roots[0]].watch.watching and not repos[roots[1]].watch.watching
-    reverted = await host.call("session.revert", {"sessionId": one, "turnId": last})
-    assert reverted["files"] == ["c.txt"] and (roots[0] / "by-hand.txt").exists()
+    assert repos[0].watch.watching and repos[0].watch.size == 3
+    budget = inotify.budget
+    inotify.budget = inotify.count + 2  # room for root one's three directories and two more
+    try:
+        # its "before" checkpoint finds no room (a full scan); its call's makes room: the least recent goes
+        await _turn(host, provider, two, tool("Bash", command="echo 2 > b.txt"))
+        await host.call("session.changes", {"sessionId": two})  # (waits for the turn's checkpoints)
+        assert repos[1].watch.watching and not repos[0].watch.watching
+        (roots[0] / "by-hand.txt").write_text("unwatched\n")
+        last = await _turn(host, provider, one, tool("Bash", command="echo 3 > c.txt"))
+        changes = await host.call("session.changes", {"sessionId": one, "turnId": last})
+        assert set(_files(changes, last)) == {"c.txt"}  # the hand edit came before the turn: not its change
+        assert repos[0].watch.watching and not repos[1].watch.watching
+        reverted = await host.call("session.revert", {"sessionId": one, "turnId": last})
+        assert reverted["files"] == ["c.txt"] and (roots[0] / "by-hand.txt").exists()
+    finally:
+        inotify.budget = budget
 
 
 async def test_issue16_a_turns_first_checkpoint_waits_for_the_model_client_and_its_tool_calls_wait_for_it(
@@ -402,3 +443,35 @@ async def test_a_file_back_under_the_cap_is_recorded_again_and_a_revert_never_wr
     assert (project / "README.md").read_text() == "short again\n"  # not "# demo project", a state it never had then
     back = await host.call("session.revert", {"sessionId": sid, "turnId": result["revertId"]})
     assert back["files"] == [] and (project / "README.md").read_text() == "short again\n"
+
+
+async def test_issue33_a_hand_edit_between_turns_is_in_the_next_turns_before_state_without_a_full_scan(
+    host, provider, project
+):
+    """Issue 33 §3: a turn's "before" checkpoint takes the watch's word for what changed since the last
+    one — an unchanged watched tree is not listed in full (a stat of every file) — and a hand edit made
+    between turns is still in it: it is not counted as the turn's change, and reverting the turn puts
+    the hand-edited content back, not the previous turn's."""
+    sid = (await session(host, project, permissionMode="auto"))["id"]
+    await _turn(host, provider, sid, tool("Write", path="README.md", content="by turn one\n"))
+    shadow = checkpoints.of(host.parts)._project(project).repo
+    if not shadow.watch.available:
+        pytest.skip("inotify is not available here (Linux only)")
+    assert shadow.watch.watching
+    scans = shadow.full_scans
+    quiet = await _turn(host, provider, sid, tool("Bash", command="true"))
+    await host.call("session.changes", {"sessionId": sid})  # (waits for the turn's checkpoints)
+    assert shadow.full_scans == scans  # nothing changed: nothing listed, whatever the tree's size
+    (project / "README.md").write_text("by hand\n")
+    (project / "src" / "hand.py").write_text("print('mine')\n")
+    second = await _turn(host, provider, sid, tool("Write", path="README.md", content="by turn two\n"))
+    changes = await host.call("session.changes", {"sessionId": sid})
+    assert shadow.full_scans == scans
+    assert _files(changes, quiet) == {}
+    two = _files(changes, second)
+    assert set(two) == {"README.md"}
+    assert "-by hand" in two["README.md"]["diff"] and "+by turn two" in two["README.md"]["diff"]
+    reverted = await host.call("session.revert", {"sessionId": sid, "turnId": second})
+    assert reverted["files"] == ["README.md"]
+    assert (project / "README.md").read_text() == "by hand\n"
+    assert (project / "src" / "hand.py").read_text() == "print('mine')\n"

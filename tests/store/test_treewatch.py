@@ -152,3 +152,49 @@ async def test_issue17_past_the_watch_limits_a_snapshot_scans_everything_and_mis
         assert await burst.snapshot() == await scanner.snapshot()
     finally:
         burst.close()
+
+
+@pytest.mark.asyncio
+async def test_issue33_roots_share_one_instance_and_a_directory_both_hold_serves_each(tmp_path: Path) -> None:
+    """Issue 33 §3: every root's watch is on one inotify instance (a user has 128 instances); a root
+    inside another holds the same directories — one descriptor each, named to both — and when the inner
+    root stops watching, the outer one still sees changes there; an overflow of the shared queue makes
+    every root scan in full once, and each snapshot is still the tree a full scan makes."""
+    outer = tmp_path / "outer"
+    (outer / "inner" / "deep").mkdir(parents=True)
+    (outer / "inner" / "deep" / "f.txt").write_text("f\n")
+    (outer / "o.txt").write_text("o\n")
+    big = ShadowRepo(tmp_path / "data", outer)
+    small = ShadowRepo(tmp_path / "data", outer / "inner")
+    scan_big = ShadowRepo(tmp_path / "scan", outer)
+    scan_small = ShadowRepo(tmp_path / "scan", outer / "inner")
+    scan_big.watch.available = scan_small.watch.available = False
+    inotify = big.watch.inotify
+    assert small.watch.inotify is inotify
+    try:
+        await big.snapshot()
+        held = inotify.count
+        await small.snapshot()
+        assert big.watch.watching and small.watch.watching
+        assert inotify.count == held  # the inner root's directories were watched already
+        (outer / "inner" / "deep" / "f.txt").write_text("changed\n")
+        scans = (big.full_scans, small.full_scans)
+        assert await big.snapshot() == await scan_big.snapshot()
+        assert await small.snapshot() == await scan_small.snapshot()
+        assert (big.full_scans, small.full_scans) == scans  # each root's watch named the file
+        small.close()
+        assert inotify.count == held
+        (outer / "inner" / "deep" / "g.txt").write_text("new\n")
+        assert await big.snapshot() == await scan_big.snapshot()
+        await small.snapshot()
+        scans = (big.full_scans, small.full_scans)
+        with inotify.lock:  # what a queue overflow does: every root's next look cannot vouch
+            for watch in (big.watch, small.watch):
+                watch.broken = True
+        (outer / "o.txt").write_text("edited\n")
+        assert await big.snapshot() == await scan_big.snapshot()
+        assert await small.snapshot() == await scan_small.snapshot()
+        assert (big.full_scans, small.full_scans) == (scans[0] + 1, scans[1] + 1)
+    finally:
+        big.close()
+        small.close()
