@@ -158,15 +158,17 @@ class Child:
 async def spawn(argv: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None,
                 stdout: bool = True, stderr: bool = True, start_new_session: bool = False) -> Child:
     """Start ``argv`` with stdin from /dev/null and stdout and stderr piped (or to /dev/null), its exit
-    watched with ``watch_exit``. ``OSError`` if it cannot start. Cancelled while its pipes are being
+    watched with ``watch_exit``. ``OSError`` if it cannot start. Nothing a cancelled call started is left
+    behind: cancelled while it starts (``Popen`` runs in a thread) or while its pipes are being
     connected, the child is killed (its group, with ``start_new_session``) and reaped (``Child.stop``)
-    before the cancellation propagates: nothing a cancelled call started is left behind."""
-    popen = subprocess.Popen(
-        list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
-        stderr=subprocess.PIPE if stderr else subprocess.DEVNULL,
-        start_new_session=start_new_session,
-    )
+    before the cancellation propagates."""
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+                                stderr=subprocess.PIPE if stderr else subprocess.DEVNULL,
+                                start_new_session=start_new_session)
+
+    popen, cancelled = await popen_off_loop(start)
     child = Child(popen, leads_group=start_new_session)
     try:
         watch_exit(popen.pid, child._report)
@@ -175,6 +177,10 @@ async def spawn(argv: Sequence[str], *, cwd: Path | None = None, env: Mapping[st
         child._report(popen.wait())
         _close_pipes(popen)
         raise
+    if cancelled:
+        _close_pipes(popen)
+        await child.stop()
+        raise asyncio.CancelledError
     try:
         child.stdout = await _stream(popen.stdout)
         child.stderr = await _stream(popen.stderr)
@@ -198,6 +204,29 @@ def _close_pipes(popen: subprocess.Popen[bytes]) -> None:
     for pipe in (popen.stdout, popen.stderr):
         if pipe is not None:
             pipe.close()
+
+
+async def popen_off_loop(start: Callable[[], subprocess.Popen[bytes]]) -> tuple[subprocess.Popen[bytes], bool]:
+    """``start()`` (a ``subprocess.Popen``) in a thread, and whether the caller was cancelled meanwhile.
+
+    Popen returns once the child has exec'd: on a loaded machine that wait held the event loop for
+    45-140 ms (a turn's ``git status``, a sandbox's start, with 32 sessions busy). A cancellation does
+    not abandon the start: it is waited for (a fork and an exec), so the caller can stop what started
+    and then let the cancellation go on (``cancelled``). ``OSError`` if it could not start; a
+    ``CancelledError`` instead if it could not and the caller was cancelled."""
+    starting = asyncio.get_running_loop().run_in_executor(None, start)
+    cancelled = False
+    while not starting.done():  # bounded: a fork and an exec (or their failure)
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            cancelled = True
+    try:
+        return starting.result(), cancelled
+    except OSError:
+        if cancelled:
+            raise asyncio.CancelledError from None
+        raise
 
 
 def _reap(pid: int, pidfd: int) -> int:

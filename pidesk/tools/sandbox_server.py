@@ -42,7 +42,7 @@ from typing import Final
 
 from pidesk.core.errors import Code
 from pidesk.tools.base import ToolFailure
-from pidesk.tools.children import watch_exit
+from pidesk.tools.children import popen_off_loop, watch_exit
 from pidesk.tools.sandbox import HOW_TO_FIX, Bubblewrap
 
 log = logging.getLogger("pidesk.tools.sandbox")
@@ -150,18 +150,30 @@ class SandboxServer:
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         errors_read, errors_write = os.pipe()
-        try:
-            self._proc = subprocess.Popen(
+        def start() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
                 [*self.prefix, os.path.realpath(sys.executable), "-I", "-S", str(SANDBOXD), str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors_write,
                 pass_fds=(theirs.fileno(),), start_new_session=True)
-        except OSError as exc:
+
+        try:
+            self._proc, cancelled = await popen_off_loop(start)
+        except (OSError, asyncio.CancelledError) as exc:
             ours.close()
+            os.close(errors_read)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             raise ToolFailure(Code.SANDBOX_UNAVAILABLE, f"the sandbox could not start: {exc}; {HOW_TO_FIX}") from None
         finally:
             theirs.close()
             os.close(errors_write)
         watch_exit(self._proc.pid, self._bwrap_exited)
+        if cancelled:  # started as the call was cancelled: it ends here, and with it the sandbox
+            ours.close()
+            os.close(errors_read)
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            raise asyncio.CancelledError
         ours.setblocking(False)
         ready: asyncio.Future[None] = loop.create_future()
 

@@ -24,6 +24,7 @@ performance.mark('pidesk:script');
 const $ = (id) => document.getElementById(id);
 const PAGE = 200;
 const SESSION_PAGE = 100; // sessions read at a time (session.list pages newest first); boot.js asks the same
+const UNREAD_PAGE = 1000; // the newest unseen notifications read to mark sessions unread (a page: never the whole table)
 const MODES = ['agent', 'plan', 'goal'];
 const PERMISSIONS = ['ask', 'accept-edits', 'auto'];
 
@@ -170,7 +171,7 @@ function initialCalls() {
   wanted = S.firstLoad ? urlSession : S.current;
   // a reconnect reads again as many sessions as were shown (older pages are not kept apart)
   const limit = S.firstLoad ? SESSION_PAGE : Math.min(1000, Math.max(SESSION_PAGE, S.sessions.size));
-  const calls = [['session.list', { limit }], ['notifications.list', { unseenOnly: true }]];
+  const calls = [['session.list', { limit }], ['notifications.list', { unseenOnly: true, limit: UNREAD_PAGE }]];
   if (wanted) calls.push(...sessionCalls(wanted));
   return calls;
 }

@@ -12,7 +12,7 @@
   var calls = [
     ['host.hello', { protocolVersion: 1, client: 'pidesk-web' }],
     ['session.list', { limit: 100 }], // app.js's SESSION_PAGE
-    ['notifications.list', { unseenOnly: true }],
+    ['notifications.list', { unseenOnly: true, limit: 1000 }], // app.js's UNREAD_PAGE
   ];
   if (session) {
     calls.push(['session.get', { sessionId: session, limit: 200 }], ['plans.list', { sessionId: session }],
