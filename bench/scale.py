@@ -80,13 +80,13 @@ async def main() -> int:
     if args.json:
         sys.stdout = sys.stderr  # the modules' own prints, and the figures, must not mix into the object
     harness.header("scale: a turn at turn 10,000 as at turn 10", args.quick)
-    keys: dict[str, Any] = {"quick": args.quick, "sizes": {}, "seconds": {}, "loop_gaps": {}}
+    keys: dict[str, Any] = {"quick": args.quick, "sizes": {}, "seconds": {}, "loop_gaps": {}, "context": {}}
     for name in [n.strip() for n in args.only.split(",") if n.strip()]:
         started = time.monotonic()
         found = await measure(name, args.quick)
         keys["seconds"][name] = round(time.monotonic() - started, 1)
         keys["sizes"].update(found.pop("sizes", {}))
-        found.pop("context", None)
+        keys["context"].update(found.pop("context", {}))
         for key, value in found.items():
             if "loop_gap" in key or "gap_ms" in key:
                 keys["loop_gaps"][f"{name}: {key}"] = float(value)
@@ -94,7 +94,8 @@ async def main() -> int:
                 keys[key] = value
     keys["loop_gap_ms_worst"] = max(keys["loop_gaps"].values(), default=0.0)
     figures = [Figure(key, float(value), "", *TARGETS.get(key, (None, True)), note=keys["sizes"].get(key, ""))
-               for key, value in keys.items() if key not in ("quick", "sizes", "seconds", "loop_gaps")]
+               for key, value in keys.items() if key not in ("quick", "sizes", "seconds", "loop_gaps", "context")]
+    figures += [Figure(key, float(value), "") for key, value in keys["context"].items()]
     figures += [Figure(f"loop gap, {where}", value, "ms") for where, value in keys["loop_gaps"].items()]
     harness.report("scale", figures, None)
     if args.json:

@@ -8,7 +8,9 @@ host's own work: the model costs nothing and no one is asked.
   Target ≥ 0.8.
 * ``turn_ms_100k_files_vs_1k`` — the wall time of a one-Write turn in a project of 100,000 files,
   divided by the same in one of 1,000 (after a warm-up turn: the first snapshot is a one-off).
-  Target ≤ 2.
+  Target ≤ 2. 100,000 files is over the checkpoints' 50,000-file limit, so that project is not
+  checkpointed at all (as for a user's): the context figure ``turn_ms_45000_files_checkpointed_vs_1k``
+  is the largest project that is.
 * ``shadow_repo_mb_after_1000_turns`` — the size on disk of the shadow repositories after 1,000 turns,
   each changing one file (reported).
 * ``loop_gap_ms_worst`` — the longest the host's event loop went without running a 10 ms probe, over
@@ -156,6 +158,10 @@ async def measure(quick: bool) -> dict[str, float]:
         async with PROBE as probe:
             small_ms = await turn_ms(scratch, small, 5)
             big_ms = await turn_ms(scratch, big, 5)
+            # 100k files is over the checkpoints' 50,000-file limit (MAX_FILES): that project is not
+            # checkpointed, so its turn is cheap. The largest project that is, for the curve:
+            largest = 10_000 if quick else 45_000
+            largest_ms = big_ms if largest == big else await turn_ms(scratch, largest, 5)
             few_rate = await calls_per_s(scratch, few, 20)
             many_rate = await calls_per_s(scratch, many, 20)
             mb = await shadow_mb(scratch, turns)
@@ -165,6 +171,7 @@ async def measure(quick: bool) -> dict[str, float]:
         "shadow_repo_mb_after_1000_turns": mb,
         "loop_gap_ms_worst": probe.worst,
         "context": {f"turn_ms_{big}_files": big_ms, f"turn_ms_{small}_files": small_ms,
+                    f"turn_ms_{largest}_files_checkpointed_vs_1k": largest_ms / small_ms,
                     f"calls_per_s_{few}_projects": few_rate, f"calls_per_s_{many}_projects": many_rate},
         "sizes": {"turn_ms_100k_files_vs_1k": f"{big:,} vs {small:,} files",
                   "calls_per_s_64_vs_8_projects": f"{many} vs {few} projects",
