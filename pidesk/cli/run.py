@@ -169,7 +169,7 @@ def checkpoints_line(found: dict[str, Any]) -> str:
     """The shadow repositories' size and the retention policy that bounds it."""
     turns, days = found["keepTurns"], found["keepDays"]
     kept = " made in ".join(part for part in (
-        f"each session's last {turns} turns" if turns else "", f"the last {days:g} days" if days else "") if part)
+        f"the last {turns} turns of each session" if turns else "", f"the last {days:g} days" if days else "") if part)
     if not kept:
         kept = "every turn (no limit)"
     elif not turns:

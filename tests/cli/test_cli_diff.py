@@ -104,7 +104,7 @@ def test_issue33_status_shows_the_shadow_repositories_size_and_the_retention_pol
            data_dir=data_dir)
     shown = pidesk("status", data_dir=data_dir).stdout
     assert "checkpoints: 1 shadow repository, " in shown
-    assert "kept: each session's last 200 turns made in the last 30 days (checkpoint_keep_turns" in shown
+    assert "kept: the last 200 turns of each session made in the last 30 days (checkpoint_keep_turns" in shown
     env = {**os.environ, "PIDESK_CHECKPOINT_KEEP_TURNS": "0", "PIDESK_CHECKPOINT_KEEP_DAYS": "7"}
     done = subprocess.run([sys.executable, "-m", "pidesk", "status", "--json", "--data-dir", str(data_dir)],
                           capture_output=True, text=True, timeout=60, env=env, check=True)
