@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pidesk.core.errors import InvalidParams, NotFound, PideskError
 from pidesk.core.records import Session
-from pidesk.host import validate
+from pidesk.host import paging, validate
 from pidesk.host.live import LiveTurn
 from pidesk.host.parts import Parts
 from pidesk.store import repo
@@ -47,11 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pidesk.checkpoints")
 
-DEFAULT_PAGE = 100  # turns of a page asked by cursor alone
-MAX_PAGE = 1000
-SLICE = 500  # items read at once for the unpaged answer
 PROMPT_CHARS = 120  # of a prompt's first line, kept to name the turn
-_CURSOR_SEP = "|"  # a cursor: "<at>|<id>" of the last item of the page before (opaque to clients)
 
 
 @dataclass(frozen=True)
@@ -234,12 +230,12 @@ class ChangeLists:
                 raise InvalidParams("path names a file of one turn: give turnId too")
         if paged and turn_id is not None:
             raise InvalidParams("limit and cursor page a session's turns: not with turnId")
-        count = validate.positive_int(limit, "limit", DEFAULT_PAGE, MAX_PAGE) if paged else None
-        after = _cursor(cursor) if cursor is not None else None
+        count = paging.page_size(limit) if paged else None
+        after = paging.parse_cursor(cursor, "session.changes") if cursor is not None else None
         project = self._project(Path(session.root))
         await self._wait_settled(session.id, turn_id)
         await self._reconcile(project)
-        more = False
+        next_cursor = None
         if turn_id is not None:
             with self.p.store.db.read() as db:
                 item = repo.change_item(db, session.id, turn_id)
@@ -248,18 +244,13 @@ class ChangeLists:
             items = [item]
         elif count is not None:
             with self.p.store.db.read() as db:
-                items = repo.change_items(db, session.id, after, count + 1)
-            if len(items) > count:
-                items, more = items[:count], True
-        else:  # every item: read a slice at a time, the loop given a turn between
-            items = []
-            for _ in range(10_000_000 // SLICE):
+                items, next_cursor = paging.page(repo.change_items(db, session.id, after, count + 1), count, _key)
+        else:  # every item, oldest first (as every page is)
+            def read(after: paging.Key | None, count: int) -> list[ChangeItem]:
                 with self.p.store.db.read() as db:
-                    part = repo.change_items(db, session.id, (items[-1].at, items[-1].id) if items else None, SLICE)
-                items += part
-                if len(part) < SLICE:
-                    break
-                await asyncio.sleep(0)
+                    return repo.change_items(db, session.id, after, count)
+
+            items = await paging.every(read, _key)
         try:
             items = await self._complete(project, session.id, items)
             turns = [self._wire(item) for item in items]
@@ -271,9 +262,7 @@ class ChangeLists:
                 await self._add_diffs(project.repo, items, turns, self._pruned(project.repo, session.id))
         except CheckpointError as exc:
             raise PideskError(f"cannot read the checkpoints of {session.root}: {exc}") from None
-        last = items[-1] if items else None
-        return {"turns": turns, "note": note(),
-                "nextCursor": _CURSOR_SEP.join((last.at, last.id)) if more and last is not None else None}
+        return {"turns": turns, "note": note(), "nextCursor": next_cursor}
 
     async def _wait_settled(self, session_id: str, turn_id: str | None) -> None:
         """A turn that has just ended: its list is being stored — wait for it."""
@@ -405,10 +394,5 @@ def _with(item: ChangeItem, before: str | None, after: str | None, files: list[d
                       prompt=item.prompt or prompt, before=before, after=after, files=files, stored=True)
 
 
-def _cursor(value: Any) -> tuple[str, str]:
-    """A ``nextCursor`` given back: INVALID_PARAMS if it is not one this host made."""
-    if isinstance(value, str) and len(value) <= 300:
-        at, sep, item_id = value.partition(_CURSOR_SEP)
-        if sep and at and item_id:
-            return at, item_id
-    raise InvalidParams(f"cursor must be a nextCursor from session.changes; got {validate.brief(value)}")
+def _key(item: ChangeItem) -> paging.Key:
+    return item.at, item.id

@@ -42,17 +42,12 @@ class Notifications:
         if unseen_only is not None and not isinstance(unseen_only, bool):
             raise InvalidParams("unseenOnly must be true or false")
         unseen = bool(unseen_only)
-        if limit is None and cursor is None:
-            def read(after: paging.Key | None, count: int) -> list[Notification]:
-                with self.p.store.db.read() as db:
-                    return repo.notifications(db, unseen, limit=count, after=after)
 
-            return {"notifications": await paging.every(read, _key), "nextCursor": None}
-        count = paging.page_size(limit)
-        after = paging.parse_cursor(cursor, "notifications.list") if cursor is not None else None
-        with self.p.store.db.read() as db:
-            rows = repo.notifications(db, unseen, limit=count + 1, after=after, newest_first=True)
-        notes, next_cursor = paging.page(rows, count, _key)
+        def read(after: paging.Key | None, count: int, newest_first: bool) -> list[Notification]:
+            with self.p.store.db.read() as db:
+                return repo.notifications(db, unseen, limit=count, after=after, newest_first=newest_first)
+
+        notes, next_cursor = await paging.listing(read, _key, limit, cursor, "notifications.list")
         return {"notifications": notes, "nextCursor": next_cursor}
 
     def mark_seen(self, ids: Any = None, session_id: Any = None) -> None:

@@ -83,17 +83,12 @@ class Sessions:
         loop ~80 ms, and a batch of them seconds)."""
         if project_path is not None:
             project_path = str(validate.project_dir(project_path, must_exist=False))
-        if limit is None and cursor is None:
-            def read(after: paging.Key | None, count: int) -> list[Session]:
-                with self.p.store.db.read() as db:
-                    return repo.list_sessions(db, project_path, limit=count, after=after)
 
-            return {"sessions": await paging.every(read, _key), "nextCursor": None}
-        count = paging.page_size(limit)
-        after = paging.parse_cursor(cursor, "session.list") if cursor is not None else None
-        with self.p.store.db.read() as db:
-            rows = repo.list_sessions(db, project_path, limit=count + 1, after=after, newest_first=True)
-        sessions, next_cursor = paging.page(rows, count, _key)
+        def read(after: paging.Key | None, count: int, newest_first: bool) -> list[Session]:
+            with self.p.store.db.read() as db:
+                return repo.list_sessions(db, project_path, limit=count, after=after, newest_first=newest_first)
+
+        sessions, next_cursor = await paging.listing(read, _key, limit, cursor, "session.list")
         return {"sessions": sessions, "nextCursor": next_cursor}
 
     def delete(self, session_id: Any) -> None:

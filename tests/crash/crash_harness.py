@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-
-import hashlib
 import json
 import os
 import re
@@ -63,15 +61,29 @@ def crash_log(scenario: str, data_dir: Path, project: Path, point: str, *, nth: 
               **options: Any) -> list[dict[str, Any]]:
     """``crash``, returning every acknowledgement line in order (a key may repeat)."""
     spec = {"dataDir": str(data_dir), "project": str(project), "point": point, "nth": nth, "options": options}
+    return run_to_death([str(DRIVER), scenario, json.dumps(spec)], f"the child of {scenario!r} at {point} (hit {nth})")
+
+
+def crash_script(script: Path, spec: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+    """Run ``script`` (a test file that is its own child: ``python script SPEC``) to its death at the point
+    ``spec`` arms it for; its acknowledgements merged."""
+    acks: dict[str, Any] = {}
+    for line in run_to_death([str(script), json.dumps(spec)], f"{script.name} at {spec.get('point')}", timeout):
+        acks.update(line)
+    return acks
+
+
+def run_to_death(argv: list[str], what: str, timeout: float = CHILD_TIMEOUT) -> list[dict[str, Any]]:
+    """Run ``python argv`` — a child armed to SIGKILL itself at a persistence point, in an environment with no
+    ``PIDESK_`` settings — and assert it died by SIGKILL (it reached the point) and never said "survived";
+    its acknowledgement lines, in order."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIDESK_")}
-    proc = subprocess.run(
-        [sys.executable, str(DRIVER), scenario, json.dumps(spec)],
-        capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env, check=False,
-    )
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout, env=env,
+                          check=False, cwd=DRIVER.parents[2])
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == -signal.SIGKILL, (
-        f"the child of {scenario!r} should have died by SIGKILL at {point} (hit {nth}), "
-        f"but exited with {proc.returncode}; it acknowledged {lines}\n--- stderr ---\n{proc.stderr[-4000:]}"
+        f"{what} should have died by SIGKILL, but exited with {proc.returncode}; it acknowledged {lines}\n"
+        f"--- stderr ---\n{proc.stderr[-4000:]}"
     )
     assert not any("survived" in line for line in lines)
     return lines

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,16 +55,7 @@ async def _child(spec: dict[str, Any]) -> None:
 
 def _run_child(data_dir: Path, project: Path, point: str) -> dict[str, Any]:
     spec = {"dataDir": str(data_dir), "project": str(project), "point": point}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIDESK_")}
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], capture_output=True,
-                          text=True, timeout=120, env=env, check=False, cwd=HERE.parents[1])
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, lines, proc.stderr[-3000:])
-    assert not any("survived" in line for line in lines)
-    acks: dict[str, Any] = {}
-    for line in lines:
-        acks.update(line)
-    return acks
+    return crash_script(Path(__file__).resolve(), spec, timeout=120)
 
 
 if __name__ == "__main__":
@@ -75,6 +63,7 @@ if __name__ == "__main__":
     asyncio.run(_child(json.loads(sys.argv[1])))
 else:
     import pytest
+    from crash_harness import crash_script
 
     from pidesk.host import checkpoints
     from tests.scenario import ended, prompt, tool

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,16 +57,7 @@ async def _child(spec: dict[str, Any]) -> None:
 
 def _run_child(data_dir: Path, project: Path, point: str, nth: int) -> dict[str, Any]:
     spec = {"dataDir": str(data_dir), "project": str(project), "point": point, "nth": nth}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIDESK_")}
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], capture_output=True,
-                          text=True, timeout=60, env=env, check=False, cwd=HERE.parents[1])
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, lines, proc.stderr[-3000:])
-    assert not any("survived" in line for line in lines)
-    acks: dict[str, Any] = {}
-    for line in lines:
-        acks.update(line)
-    return acks
+    return crash_script(Path(__file__).resolve(), spec)
 
 
 if __name__ == "__main__":
@@ -77,6 +65,7 @@ if __name__ == "__main__":
     asyncio.run(_child(json.loads(sys.argv[1])))
 else:
     import pytest
+    from crash_harness import crash_script
 
     @pytest.mark.asyncio
     @pytest.mark.parametrize(("point", "nth", "restored"), [
