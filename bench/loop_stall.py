@@ -74,6 +74,40 @@ while True:
 """
 
 
+class HealthzProbe:
+    """``PROBE`` in a process of its own against ``server``'s /healthz, for a ``with`` block; ``during(begin,
+    end)``: the latencies (s) of the probes that overlapped that window (``time.monotonic`` times)."""
+
+    def __init__(self, server: rpc_load.Server, samples: Path) -> None:
+        self.samples = samples
+        self.proc = subprocess.Popen([sys.executable, "-c", PROBE, str(server.port), str(PROBE_EVERY), str(samples)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        if rpc_load.read_line(self.proc, 30) != b"ready\n":
+            self.stop()
+            raise RuntimeError("the /healthz probe did not start")
+
+    def __enter__(self) -> HealthzProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.write(b"stop\n")
+            self.proc.stdin.close()
+        self.proc.wait(150)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def during(self, begin: float, end: float) -> list[float]:
+        lines = (line.split() for line in self.samples.read_text().splitlines())
+        return [float(lat) for s, lat in lines if float(s) <= end and float(s) + float(lat) >= begin]
+
+    def worst_ms(self, begin: float, end: float) -> float:
+        return max(self.during(begin, end), default=float("nan")) * 1000
+
+
 @dataclass
 class Case:
     name: str
@@ -256,27 +290,14 @@ def run_case(case: Case, scratch: Path, quick: bool) -> Row:
     script = scratch / "script.json"
     script.write_text(json.dumps({"responses": case.script(quick)}))
     with rpc_load.served(scratch, scratch / "data", f"scripted/{script}") as server:
-        samples = scratch / "probes.txt"
-        probe = subprocess.Popen([sys.executable, "-c", PROBE, str(server.port), str(PROBE_EVERY), str(samples)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        try:
-            if rpc_load.read_line(probe, 30) != b"ready\n":
-                raise RuntimeError("the /healthz probe did not start")
+        with HealthzProbe(server, scratch / "probes.txt") as probe:
             if case.prepare is not None:
                 asyncio.run(case.prepare(server, quick))
             begin = time.monotonic()
             answer = asyncio.run(_drive(case, server, project, quick))
             end = time.monotonic()
             peak = rpc_load.vm(server.proc.pid, "VmHWM") / 1024
-        finally:
-            assert probe.stdin is not None
-            probe.stdin.write(b"stop\n")
-            probe.stdin.close()
-            probe.wait(150)
-            if probe.stdout is not None:
-                probe.stdout.close()
-        during = [(float(s), float(lat)) for s, lat in (line.split() for line in samples.read_text().splitlines())]
-        during = [lat for s, lat in during if s <= end and s + lat >= begin]
+        during = probe.during(begin, end)
     return Row(case.name, max(during) * 1000 if during else float("nan"), len(during), end - begin, answer, peak)
 
 

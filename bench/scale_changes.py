@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -225,26 +224,11 @@ def measure(quick: bool, turns: int | None = None, page_diffs: bool = False) -> 
         script = scratch / "script.json"
         script.write_text(json.dumps({"responses": [r for n in range(measured) for r in _write(size + n)]}))
         with rpc_load.served(scratch, data, f"scripted/{script}") as server:
-            samples = scratch / "probes.txt"
-            probe = subprocess.Popen([sys.executable, "-c", loop_stall.PROBE, str(server.port),
-                                      str(loop_stall.PROBE_EVERY), str(samples)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-            try:
-                if rpc_load.read_line(probe, 30) != b"ready\n":
-                    raise RuntimeError("the /healthz probe did not start")
+            with loop_stall.HealthzProbe(server, scratch / "probes.txt") as probe:
                 got = asyncio.run(_measure_served(server, sid, per_block, rounds, page_diffs))
-            finally:
-                assert probe.stdin is not None
-                probe.stdin.write(b"stop\n")
-                probe.stdin.close()
-                probe.wait(150)
-                if probe.stdout is not None:
-                    probe.stdout.close()
-            probes = [(float(s), float(lat)) for s, lat in (line.split() for line in samples.read_text().splitlines())]
-    gaps: dict[str, float] = dict.fromkeys(KINDS, 0.0)
-    for kind, begin, end in got["windows"]:
-        during = [lat for s, lat in probes if s <= end and s + lat >= begin]
-        gaps[kind] = max([gaps[kind], *during])
+            gaps: dict[str, float] = dict.fromkeys(KINDS, 0.0)
+            for kind, begin, end in got["windows"]:
+                gaps[kind] = max([gaps[kind], *probe.during(begin, end)])
     times = got["times"]
     turn_without, turn_events, turn_with = (harness.median(times[k]) for k in KINDS)
     return {

@@ -34,7 +34,6 @@ import json
 import random
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -80,31 +79,6 @@ def _build(data_dir: Path, project: Path, sessions: int, notifications: int) -> 
                        " VALUES (?,?,?,?,?,?)", rows)
 
 
-class Probe:
-    """``loop_stall``'s /healthz probe, in its own process; ``worst(begin, end)`` in ms."""
-
-    def __init__(self, server: rpc_load.Server, samples: Path) -> None:
-        self.samples = samples
-        self.proc = subprocess.Popen([sys.executable, "-c", loop_stall.PROBE, str(server.port),
-                                      str(loop_stall.PROBE_EVERY), str(samples)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        if rpc_load.read_line(self.proc, 30) != b"ready\n":
-            raise RuntimeError("the /healthz probe did not start")
-
-    def stop(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(b"stop\n")
-        self.proc.stdin.close()
-        self.proc.wait(150)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-    def worst(self, begin: float, end: float) -> float:
-        lines = (line.split() for line in self.samples.read_text().splitlines())
-        during = [float(lat) for s, lat in lines if float(s) <= end and float(s) + float(lat) >= begin]
-        return max(during, default=float("nan")) * 1000
-
-
 async def _timed(ws: rpc_load.Ws, method: str, params: dict[str, Any], repeats: int) -> tuple[float, int]:
     """The median round trip (ms) of ``method`` over ``repeats`` calls, and its answer's size in bytes."""
     times = []
@@ -116,7 +90,7 @@ async def _timed(ws: rpc_load.Ws, method: str, params: dict[str, Any], repeats: 
     return statistics.median(times), len(json.dumps(answer))
 
 
-async def _lists(server: rpc_load.Server, probe: Probe, quick: bool) -> dict[str, float]:
+async def _lists(server: rpc_load.Server, probe: loop_stall.HealthzProbe, quick: bool) -> dict[str, float]:
     ws = await rpc_load.Ws.open(server)
     out: dict[str, float] = {}
     try:
@@ -124,7 +98,7 @@ async def _lists(server: rpc_load.Server, probe: Probe, quick: bool) -> dict[str
         repeats = 10 if quick else REPEATS
         begin = time.monotonic()
         await asyncio.sleep(1.0)  # the probe alone: what this machine's noise gives
-        out["loop_gap_idle_ms"] = probe.worst(begin, time.monotonic())
+        out["loop_gap_idle_ms"] = probe.worst_ms(begin, time.monotonic())
         begin = time.monotonic()
         out["session_list_ms_10k"], _ = await _timed(ws, "session.list", {"limit": PAGE}, repeats)
         out["notifications_list_ms_100k"], _ = await _timed(ws, "notifications.list", {"limit": PAGE}, repeats)
@@ -133,7 +107,7 @@ async def _lists(server: rpc_load.Server, probe: Probe, quick: bool) -> dict[str
         first = await ws.call("notifications.list", {"limit": PAGE})
         out["notifications_next_page_ms_100k"], _ = await _timed(
             ws, "notifications.list", {"limit": PAGE, "cursor": first["nextCursor"]}, repeats)
-        out["loop_gap_ms"] = probe.worst(begin, time.monotonic())
+        out["loop_gap_ms"] = probe.worst_ms(begin, time.monotonic())
         begin = time.monotonic()
         unpaged = 1 if quick else 3
         out["session_list_all_ms_10k"], size = await _timed(ws, "session.list", {}, unpaged)
@@ -143,7 +117,7 @@ async def _lists(server: rpc_load.Server, probe: Probe, quick: bool) -> dict[str
         out["notifications_unseen_all_mb_100k"] = size / 1e6
         out["notifications_all_ms_100k"], size = await _timed(ws, "notifications.list", {}, unpaged)
         out["notifications_all_mb_100k"] = size / 1e6
-        out["loop_gap_unpaged_ms"] = probe.worst(begin, time.monotonic())
+        out["loop_gap_unpaged_ms"] = probe.worst_ms(begin, time.monotonic())
     finally:
         await ws.close()
     return out
@@ -159,11 +133,8 @@ def lists(quick: bool) -> dict[str, float]:
         print(f"  built {SESSIONS:,} sessions and {NOTIFICATIONS:,} notifications in "
               f"{time.monotonic() - began:.0f} s", flush=True)
         with rpc_load.served(scratch, data_dir, None) as server:
-            probe = Probe(server, scratch / "probes.txt")
-            try:
+            with loop_stall.HealthzProbe(server, scratch / "probes.txt") as probe:
                 return asyncio.run(_lists(server, probe, quick))
-            finally:
-                probe.stop()
 
 
 # ---- slow clients -------------------------------------------------------------------------

@@ -30,7 +30,6 @@ latency at the largest size (target ≤ 50 ms); the host's peak RSS.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -186,26 +185,12 @@ def run_case(case: Case, turns: int, scratch: Path) -> Row:
             rpc_load.served(scratch, data_dir, "openai/mock", {"OPENAI_BASE_URL": base_url,
                                                                "OPENAI_API_KEY": "sk-bench-0000"}) as server:
         asyncio.run(warm_host(server, project))
-        samples = scratch / "probes.txt"
-        probe = subprocess.Popen([sys.executable, "-c", loop_stall.PROBE, str(server.port),
-                                  str(loop_stall.PROBE_EVERY), str(samples)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        try:
-            if rpc_load.read_line(probe, 30) != b"ready\n":
-                raise RuntimeError("the /healthz probe did not start")
+        with loop_stall.HealthzProbe(server, scratch / "probes.txt") as probe:
             begin = time.monotonic()
             cpu_s, wall_s = asyncio.run(drive(server, session_id, turns))
             end = time.monotonic()
             peak = rpc_load.vm(server.proc.pid, "VmHWM") / 1024
-        finally:
-            assert probe.stdin is not None
-            probe.stdin.write(b"stop\n")
-            probe.stdin.close()
-            probe.wait(30)
-            if probe.stdout is not None:
-                probe.stdout.close()
-    lines = (line.split() for line in samples.read_text().splitlines())
-    during = [float(lat) for at, lat in lines if float(at) <= end and float(at) + float(lat) >= begin]
+    during = probe.during(begin, end)
     return Row(case, cpu_s / turns * 1000, wall_s / turns * 1000, max(during) * 1000 if during else float("nan"),
                len(during), peak, build_s)
 
