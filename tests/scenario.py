@@ -72,6 +72,16 @@ async def prompt(host: Host, session_id: str, text: str = "go") -> dict[str, str
     return result
 
 
+async def completed_turn(host: Host, provider: Any, session_id: str, *responses: dict[str, Any],
+                         text: str = "go") -> str:
+    """Run one turn of ``responses`` (then "Done.") to its end, asserting it completed; its id."""
+    sub = host.subscribe()
+    provider.enqueue(session_id, *responses, {"text": "Done."})
+    turn = await prompt(host, session_id, text)
+    assert (await ended(sub, turn["turnId"])).reason == "completed"
+    return str(turn["turnId"])
+
+
 async def state(host: Host, session_id: str) -> dict[str, Any]:
     result: dict[str, Any] = await host.call("session.get", {"sessionId": session_id})
     return result

@@ -15,17 +15,9 @@ import pytest
 from pidesk.core import events as ev
 from pidesk.core.errors import Conflict
 from pidesk.host import checkpoints
-from tests.scenario import Ticker, ended, permission_requested, prompt, session, tool
+from tests.scenario import Ticker, completed_turn, ended, permission_requested, prompt, session, tool
 
 pytestmark = pytest.mark.asyncio
-
-
-async def _turn(host: Any, provider: Any, sid: str, *responses: dict[str, Any]) -> str:
-    sub = host.subscribe()
-    provider.enqueue(sid, *responses, {"text": "Done."})
-    turn = await prompt(host, sid)
-    assert (await ended(sub, turn["turnId"])).reason == "completed"
-    return str(turn["turnId"])
 
 
 def _files(changes: dict[str, Any], turn_id: str) -> dict[str, dict[str, Any]]:
@@ -43,10 +35,10 @@ async def test_issue17_every_tools_changes_appear_under_the_turn_that_made_them(
     nothing is listed with no files."""
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    first = await _turn(host, provider, sid, tool("Write", path="docs/new/guide.md", content="# Guide\n"),
+    first = await completed_turn(host, provider, sid, tool("Write", path="docs/new/guide.md", content="# Guide\n"),
                         tool("Edit", path="README.md", oldText="demo", newText="sample"))
-    quiet = await _turn(host, provider, sid, tool("Read", path="README.md"))
-    second = await _turn(host, provider, sid, tool(
+    quiet = await completed_turn(host, provider, sid, tool("Read", path="README.md"))
+    second = await completed_turn(host, provider, sid, tool(
         "Bash", command="mv src/app.py src/main.py && rm README.md && printf 'a\\000b' > blob.bin && echo hi > made.txt"))
     changes = await host.call("session.changes", {"sessionId": sid})
     assert [t["turnId"] for t in changes["turns"]] == [first, quiet, second]
@@ -72,8 +64,8 @@ async def test_issue17_revert_restores_before_the_turn_leaves_ignored_files_and_
     (project / ".gitignore").write_text("*.log\n")
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    first = await _turn(host, provider, sid, tool("Write", path="README.md", content="rewritten\n"))
-    await _turn(host, provider, sid, tool("Bash", command="echo later > later.txt && echo log > build.log"))
+    first = await completed_turn(host, provider, sid, tool("Write", path="README.md", content="rewritten\n"))
+    await completed_turn(host, provider, sid, tool("Bash", command="echo later > later.txt && echo log > build.log"))
     (project / ".pi").mkdir(exist_ok=True)
     (project / ".pi" / "note.md").write_text("p\n")  # (the host's own: a command cannot write .pi/)
     (project / "src" / "app.py").write_text("edited by hand\n")  # the confirmation says these go too
@@ -141,8 +133,8 @@ async def test_issue17_two_sessions_in_one_project_each_list_only_their_own_chan
     changed; a revert is refused while the other session runs in the same project."""
     a = (await session(host, project, permissionMode="auto"))["id"]
     b = (await session(host, project, permissionMode="auto"))["id"]
-    ta = await _turn(host, provider, a, tool("Write", path="from_a.txt", content="a\n"))
-    tb = await _turn(host, provider, b, tool("Write", path="from_b.txt", content="b\n"))
+    ta = await completed_turn(host, provider, a, tool("Write", path="from_a.txt", content="a\n"))
+    tb = await completed_turn(host, provider, b, tool("Write", path="from_b.txt", content="b\n"))
     assert set(_files(await host.call("session.changes", {"sessionId": a}), ta)) == {"from_a.txt"}
     assert set(_files(await host.call("session.changes", {"sessionId": b}), tb)) == {"from_b.txt"}
     sub = host.subscribe()
@@ -166,7 +158,7 @@ async def test_issue17_a_failing_checkpoint_never_fails_the_turn_and_is_reported
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
     s = await session(host, project, permissionMode="auto")
-    turn = await _turn(host, provider, s["id"], tool("Write", path="out.txt", content="still written\n"))
+    turn = await completed_turn(host, provider, s["id"], tool("Write", path="out.txt", content="still written\n"))
     assert (project / "out.txt").read_text() == "still written\n"
     failed = [e for e in await _audit(host, s["id"]) if e["action"] == "checkpoint.failed"]
     assert len(failed) == 1 and failed[0]["turnId"] == turn and "git is not installed" in failed[0]["detail"]["error"]
@@ -180,7 +172,7 @@ async def test_issue17_a_workspace_too_large_turns_checkpoints_off_with_a_note_n
     session.changes), the turn completes, and a revert says why it cannot."""
     checkpoints.of(host.parts).max_files = 1  # the project holds two files
     s = await session(host, project, permissionMode="auto")
-    turn = await _turn(host, provider, s["id"], tool("Write", path="x.txt", content="x\n"))
+    turn = await completed_turn(host, provider, s["id"], tool("Write", path="x.txt", content="x\n"))
     assert (project / "x.txt").exists()
     off = [e for e in await _audit(host, s["id"]) if e["action"] == "checkpoints.off"]
     assert len(off) == 1
@@ -198,15 +190,15 @@ async def test_issue17_checkpoints_come_back_once_a_too_large_workspace_has_shru
     checkpoints.of(host.parts).max_files = 2
     (project / "extra.txt").write_text("one file too many\n")
     s = await session(host, project, permissionMode="auto")
-    await _turn(host, provider, s["id"], tool("Write", path="x.txt", content="x\n"))
+    await completed_turn(host, provider, s["id"], tool("Write", path="x.txt", content="x\n"))
     assert "checkpoints are off" in (await host.call("session.changes", {"sessionId": s["id"]}))["note"]
     (project / "extra.txt").unlink()
     (project / "x.txt").unlink()
-    await _turn(host, provider, s["id"], tool("Write", path="y.txt", content="y\n"))  # too soon: still off
+    await completed_turn(host, provider, s["id"], tool("Write", path="y.txt", content="y\n"))  # too soon: still off
     assert "checkpoints are off" in (await host.call("session.changes", {"sessionId": s["id"]}))["note"]
     monkeypatch.setattr(checkpoints, "RECHECK_S", 0.0)
     (project / "y.txt").unlink()
-    turn = await _turn(host, provider, s["id"], tool("Write", path="README.md", content="z\n"))
+    turn = await completed_turn(host, provider, s["id"], tool("Write", path="README.md", content="z\n"))
     changes = await host.call("session.changes", {"sessionId": s["id"]})
     assert changes["note"] is None and set(_files(changes, turn)) == {"README.md"}
 
@@ -215,7 +207,7 @@ async def test_issue17_a_temporary_session_outside_any_git_repository_is_checkpo
     """Issue 17: a project that is not a git repository (here a temporary session's scratch root)
     gets checkpoints and reverts like any other."""
     s = await session(host, permissionMode="auto")
-    turn = await _turn(host, provider, s["id"], tool("Write", path="notes.txt", content="n\n"))
+    turn = await completed_turn(host, provider, s["id"], tool("Write", path="notes.txt", content="n\n"))
     assert set(_files(await host.call("session.changes", {"sessionId": s["id"]}), turn)) == {"notes.txt"}
     assert (await host.call("session.revert", {"sessionId": s["id"], "turnId": turn}))["files"] == ["notes.txt"]
     assert not (Path(s["root"]) / "notes.txt").exists()
@@ -225,7 +217,7 @@ async def test_issue17_delegates_changes_count_for_the_parent_turn(host, provide
     """Issue 17: a delegate's Write is checkpointed and listed under its parent's turn."""
     s = await session(host, project, permissionMode="auto")
     provider.enqueue(f"{s['id']}/task_1", tool("Write", path="by_task.txt", content="t\n"), {"text": "ok"})
-    turn = await _turn(host, provider, s["id"], tool("Task", description="write", prompt="write it"),
+    turn = await completed_turn(host, provider, s["id"], tool("Task", description="write", prompt="write it"),
                        tool("TaskWait", taskIds=["task_1"]))
     assert set(_files(await host.call("session.changes", {"sessionId": s["id"]}), turn)) == {"by_task.txt"}
 
@@ -254,7 +246,7 @@ async def test_issue33_more_roots_than_the_old_cap_are_all_watched_and_checkpoin
         (root / "a.txt").write_text(f"{n}\n")
         roots.append(root)
     sids = [(await session(host, root, permissionMode="auto"))["id"] for root in roots]
-    firsts = await asyncio.gather(*(_turn(host, provider, sid, tool("Bash", command=f"echo {n} > b.txt"))
+    firsts = await asyncio.gather(*(completed_turn(host, provider, sid, tool("Bash", command=f"echo {n} > b.txt"))
                                     for n, sid in enumerate(sids)))
     for sid in sids:  # (each waits for its turn's checkpoints)
         await host.call("session.changes", {"sessionId": sid})
@@ -265,7 +257,7 @@ async def test_issue33_more_roots_than_the_old_cap_are_all_watched_and_checkpoin
     scans = [r.full_scans for r in repos]
     for root in roots[::2]:
         (root / "a.txt").write_text("by hand\n")
-    seconds = await asyncio.gather(*(_turn(host, provider, sid, tool("Bash", command="echo x > c.txt"))
+    seconds = await asyncio.gather(*(completed_turn(host, provider, sid, tool("Bash", command="echo x > c.txt"))
                                      for sid in sids))
     for sid, first, second in zip(sids, firsts, seconds, strict=True):
         changes = await host.call("session.changes", {"sessionId": sid})
@@ -288,7 +280,7 @@ async def test_issue33_past_the_watch_budget_the_least_recent_root_stops_watchin
         (root / "a.txt").write_text(f"{name}\n")
         roots.append(root)
     one, two = [(await session(host, root, permissionMode="auto"))["id"] for root in roots]
-    await _turn(host, provider, one, tool("Bash", command="echo 1 > b.txt"))
+    await completed_turn(host, provider, one, tool("Bash", command="echo 1 > b.txt"))
     repos = [checkpoints.of(host.parts)._project(root).repo for root in roots]
     inotify = repos[0].watch.inotify
     if not inotify.available:
@@ -298,11 +290,11 @@ async def test_issue33_past_the_watch_budget_the_least_recent_root_stops_watchin
     inotify.budget = inotify.count + 2  # room for root one's three directories and two more
     try:
         # its "before" checkpoint finds no room (a full scan); its call's makes room: the least recent goes
-        await _turn(host, provider, two, tool("Bash", command="echo 2 > b.txt"))
+        await completed_turn(host, provider, two, tool("Bash", command="echo 2 > b.txt"))
         await host.call("session.changes", {"sessionId": two})  # (waits for the turn's checkpoints)
         assert repos[1].watch.watching and not repos[0].watch.watching
         (roots[0] / "by-hand.txt").write_text("unwatched\n")
-        last = await _turn(host, provider, one, tool("Bash", command="echo 3 > c.txt"))
+        last = await completed_turn(host, provider, one, tool("Bash", command="echo 3 > c.txt"))
         changes = await host.call("session.changes", {"sessionId": one, "turnId": last})
         assert set(_files(changes, last)) == {"c.txt"}  # the hand edit came before the turn: not its change
         assert repos[0].watch.watching and not repos[1].watch.watching
@@ -372,9 +364,9 @@ async def test_a_tracked_directory_turned_into_a_link_is_recorded_and_later_turn
     update-index: Unable to process path d): session.changes showed no files for turns that wrote some."""
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    await _turn(host, provider, sid, tool("Write", path="a.txt", content="1\n"))
-    linked = await _turn(host, provider, sid, tool("Bash", command="rm -rf src && ln -s /usr src"))
-    later = await _turn(host, provider, sid, tool("Write", path="b.txt", content="2\n"))
+    await completed_turn(host, provider, sid, tool("Write", path="a.txt", content="1\n"))
+    linked = await completed_turn(host, provider, sid, tool("Bash", command="rm -rf src && ln -s /usr src"))
+    later = await completed_turn(host, provider, sid, tool("Write", path="b.txt", content="2\n"))
     turns = {t["turnId"]: sorted(f["path"] for f in t["files"])
              for t in (await host.call("session.changes", {"sessionId": sid}))["turns"]}
     assert turns[linked] == ["src", "src/app.py"] and turns[later] == ["b.txt"]
@@ -385,7 +377,7 @@ async def test_a_dot_git_in_another_case_is_left_out_and_checkpoints_go_on(host,
     (project / ".Git").mkdir()
     (project / ".Git" / "config").write_text("[core]\n")
     s = await session(host, project, permissionMode="auto")
-    turn = await _turn(host, provider, s["id"], tool("Write", path="a.txt", content="1\n"))
+    turn = await completed_turn(host, provider, s["id"], tool("Write", path="a.txt", content="1\n"))
     changes = await host.call("session.changes", {"sessionId": s["id"]})
     assert [(t["turnId"], [f["path"] for f in t["files"]]) for t in changes["turns"]] == [(turn, ["a.txt"])]
     assert changes.get("note") is None
@@ -400,10 +392,10 @@ async def test_a_file_grown_past_the_size_cap_is_named_not_stored_and_a_revert_l
     checkpoints.of(host.parts).size_cap = cap
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    grew = await _turn(host, provider, sid, tool(
+    grew = await completed_turn(host, provider, sid, tool(
         "Bash", command="head -c 100000 /dev/zero | tr '\\0' x >> README.md && echo s > small.txt "
                         "&& head -c 50000 /dev/zero > big.bin"))
-    later = await _turn(host, provider, sid, tool("Write", path="c.txt", content="c\n"))
+    later = await completed_turn(host, provider, sid, tool("Write", path="c.txt", content="c\n"))
     changes = await host.call("session.changes", {"sessionId": sid})
     files = _files(changes, grew)
     assert {p: (f["status"], f.get("tooLarge", False)) for p, f in files.items()} == {
@@ -433,8 +425,8 @@ async def test_a_file_back_under_the_cap_is_recorded_again_and_a_revert_never_wr
     checkpoints.of(host.parts).size_cap = 4096
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    await _turn(host, provider, sid, tool("Bash", command="head -c 10000 /dev/zero | tr '\\0' y > README.md"))
-    shrank = await _turn(host, provider, sid, tool("Write", path="README.md", content="short again\n"))
+    await completed_turn(host, provider, sid, tool("Bash", command="head -c 10000 /dev/zero | tr '\\0' y > README.md"))
+    shrank = await completed_turn(host, provider, sid, tool("Write", path="README.md", content="short again\n"))
     files = _files(await host.call("session.changes", {"sessionId": sid}), shrank)
     assert files["README.md"].get("tooLarge") is None
     assert "was over the checkpoint limit before this turn" in files["README.md"]["diff"]
@@ -453,18 +445,18 @@ async def test_issue33_a_hand_edit_between_turns_is_in_the_next_turns_before_sta
     between turns is still in it: it is not counted as the turn's change, and reverting the turn puts
     the hand-edited content back, not the previous turn's."""
     sid = (await session(host, project, permissionMode="auto"))["id"]
-    await _turn(host, provider, sid, tool("Write", path="README.md", content="by turn one\n"))
+    await completed_turn(host, provider, sid, tool("Write", path="README.md", content="by turn one\n"))
     shadow = checkpoints.of(host.parts)._project(project).repo
     if not shadow.watch.available:
         pytest.skip("inotify is not available here (Linux only)")
     assert shadow.watch.watching
     scans = shadow.full_scans
-    quiet = await _turn(host, provider, sid, tool("Bash", command="true"))
+    quiet = await completed_turn(host, provider, sid, tool("Bash", command="true"))
     await host.call("session.changes", {"sessionId": sid})  # (waits for the turn's checkpoints)
     assert shadow.full_scans == scans  # nothing changed: nothing listed, whatever the tree's size
     (project / "README.md").write_text("by hand\n")
     (project / "src" / "hand.py").write_text("print('mine')\n")
-    second = await _turn(host, provider, sid, tool("Write", path="README.md", content="by turn two\n"))
+    second = await completed_turn(host, provider, sid, tool("Write", path="README.md", content="by turn two\n"))
     changes = await host.call("session.changes", {"sessionId": sid})
     assert shadow.full_scans == scans
     assert _files(changes, quiet) == {}

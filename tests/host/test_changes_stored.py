@@ -19,19 +19,11 @@ import pytest
 from pidesk.core.errors import InvalidParams, NotFound
 from pidesk.host import checkpoints
 from pidesk.store.checkpoints import ShadowRepo
-from tests.scenario import ended, prompt, session, tool
+from tests.scenario import completed_turn, ended, prompt, session, tool
 
 pytestmark = pytest.mark.asyncio
 
 CAP = 4096  # the checkpoint size cap in these tests: small files go over it
-
-
-async def _turn(host: Any, provider: Any, sid: str, *responses: dict[str, Any], text: str = "go") -> str:
-    sub = host.subscribe()
-    provider.enqueue(sid, *responses, {"text": "Done."})
-    turn = await prompt(host, sid, text)
-    assert (await ended(sub, turn["turnId"])).reason == "completed"
-    return str(turn["turnId"])
 
 
 async def _listed(host: Any, sid: str, limit: int = 1000) -> list[dict[str, Any]]:
@@ -114,15 +106,15 @@ async def test_issue33_each_turns_stored_list_equals_its_diff_for_every_kind_of_
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
     turns = [
-        await _turn(host, provider, sid, tool("Write", path="docs/new/guide.md", content="# Guide\n\nHello.\n"),
+        await completed_turn(host, provider, sid, tool("Write", path="docs/new/guide.md", content="# Guide\n\nHello.\n"),
                     tool("Edit", path="README.md", oldText="demo", newText="sample")),
-        await _turn(host, provider, sid, tool(
+        await completed_turn(host, provider, sid, tool(
             "Bash", command="mv src/app.py src/main.py && printf 'a\\000b' > blob.bin && echo hi > made.txt")),
-        await _turn(host, provider, sid, tool("Read", path="README.md")),
-        await _turn(host, provider, sid, tool(
+        await completed_turn(host, provider, sid, tool("Read", path="README.md")),
+        await completed_turn(host, provider, sid, tool(
             "Bash", command="rm made.txt && head -c 10000 /dev/zero | tr '\\0' x >> README.md "
                             "&& head -c 5000 /dev/zero > big.bin && printf 'c\\000d' > blob.bin")),
-        await _turn(host, provider, sid, tool("Write", path="README.md", content="short again\n"),
+        await completed_turn(host, provider, sid, tool("Write", path="README.md", content="short again\n"),
                     tool("Edit", path="docs/new/guide.md", oldText="Hello.", newText="Hello again.\nAnd more.")),
     ]
     shadow = _shadow(host, s["root"])
@@ -172,7 +164,7 @@ async def test_issue33_interleaved_sessions_each_list_only_what_their_own_calls_
                                                                        "gate": "a-waits"}, {"text": "Done."})
     running = (await prompt(host, a))["turnId"]
     await provider.wait_reached("a-waits")
-    tb = await _turn(host, provider, b, tool("Write", path="b1.txt", content="b\n"))
+    tb = await completed_turn(host, provider, b, tool("Write", path="b1.txt", content="b\n"))
     provider.release("a-waits")
     await ended(sub, running)
     listed = {t["turnId"]: sorted(f["path"] for f in t["files"]) for t in await _listed(host, a)}
@@ -188,10 +180,10 @@ async def test_issue33_paging_returns_every_turn_and_revert_exactly_once_oldest_
     make, a limit out of range, ``path`` without ``turnId`` and paging one turn are INVALID_PARAMS."""
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    made = [await _turn(host, provider, sid, tool("Write", path=f"f{n}.txt", content=f"{n}\n")) for n in range(5)]
+    made = [await completed_turn(host, provider, sid, tool("Write", path=f"f{n}.txt", content=f"{n}\n")) for n in range(5)]
     reverted = await host.call("session.revert", {"sessionId": sid, "turnId": made[3]})
     made.append(reverted["revertId"])
-    made.append(await _turn(host, provider, sid, tool("Write", path="last.txt", content="l\n")))
+    made.append(await completed_turn(host, provider, sid, tool("Write", path="last.txt", content="l\n")))
     whole = [t["turnId"] for t in (await host.call("session.changes", {"sessionId": sid}))["turns"]]
     assert whole == made
     for size in (1, 2, 3, 7, 1000):
@@ -216,8 +208,8 @@ async def test_issue33_a_revert_is_listed_as_a_turn_with_its_files_and_still_rev
     changed back — alone (with diffs) too; reverting the revert restores the files."""
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    first = await _turn(host, provider, sid, tool("Write", path="README.md", content="rewritten\n"))
-    await _turn(host, provider, sid, tool("Bash", command="echo later > later.txt"))
+    first = await completed_turn(host, provider, sid, tool("Write", path="README.md", content="rewritten\n"))
+    await completed_turn(host, provider, sid, tool("Bash", command="echo later > later.txt"))
     result = await host.call("session.revert", {"sessionId": sid, "turnId": first})
     assert sorted(result["files"]) == ["README.md", "later.txt"]
     assert (project / "README.md").read_text() == "# demo project\n" and not (project / "later.txt").exists()
@@ -240,9 +232,9 @@ async def test_issue31_each_turn_is_named_by_its_prompts_first_line_and_its_star
     and ``at`` (when it started); a revert has no prompt and ``at`` when it was made."""
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    one = await _turn(host, provider, sid, tool("Write", path="a.txt", content="a\n"),
+    one = await completed_turn(host, provider, sid, tool("Write", path="a.txt", content="a\n"),
                       text="\n  Fix the login bug  \nThe details follow here.")
-    two = await _turn(host, provider, sid, text="word " * 60)
+    two = await completed_turn(host, provider, sid, text="word " * 60)
     listed = {t["turnId"]: t for t in await _listed(host, sid)}
     assert listed[one]["prompt"] == "Fix the login bug"
     assert len(listed[two]["prompt"]) == 120 and listed[two]["prompt"].endswith("…")
@@ -260,7 +252,7 @@ async def test_issue33_no_read_waits_for_the_projects_lock(host, provider, proje
     else holds the lock."""
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    turn = await _turn(host, provider, sid, tool("Write", path="a.txt", content="a\n"))
+    turn = await completed_turn(host, provider, sid, tool("Write", path="a.txt", content="a\n"))
     lock = checkpoints.of(host.parts)._project(Path(s["root"])).lock
     async with lock:
         for params in ({}, {"limit": 10}, {"turnId": turn}, {"turnId": turn, "path": "a.txt"}):
@@ -304,8 +296,8 @@ async def test_issue33_a_restart_keeps_the_stored_lists_and_serves_them_without_
     host = make_host()
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    await _turn(host, provider, sid, tool("Write", path="a.txt", content="a\n"), text="Write a")
-    first = await _turn(host, provider, sid, tool("Bash", command="echo b > b.txt && rm README.md"), text="Bash b")
+    await completed_turn(host, provider, sid, tool("Write", path="a.txt", content="a\n"), text="Write a")
+    first = await completed_turn(host, provider, sid, tool("Bash", command="echo b > b.txt && rm README.md"), text="Bash b")
     await host.call("session.revert", {"sessionId": sid, "turnId": first})
     before = await _listed(host, sid)
     await host.close()
@@ -326,8 +318,8 @@ async def test_issue33_turns_from_before_the_stored_lists_are_worked_out_once_fr
     host = make_host()
     s = await session(host, project, permissionMode="auto")
     sid = s["id"]
-    await _turn(host, provider, sid, tool("Write", path="a.txt", content="a\n"), text="Write a")
-    second = await _turn(host, provider, sid, tool("Edit", path="README.md", oldText="demo", newText="x"),
+    await completed_turn(host, provider, sid, tool("Write", path="a.txt", content="a\n"), text="Write a")
+    second = await completed_turn(host, provider, sid, tool("Edit", path="README.md", oldText="demo", newText="x"),
                          text="Edit it")
     await host.call("session.revert", {"sessionId": sid, "turnId": second})
     before = await _listed(host, sid)

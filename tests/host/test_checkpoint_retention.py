@@ -18,17 +18,9 @@ from pidesk.host import checkpoints
 from pidesk.host.checkpoints import beyond_policy
 from pidesk.ids import iso
 from pidesk.store.checkpoints import JournalUnit
-from tests.scenario import ended, prompt, session, tool
+from tests.scenario import completed_turn, ended, prompt, session, tool
 
 pytestmark = pytest.mark.asyncio
-
-
-async def _turn(host: Any, provider: Any, sid: str, *responses: dict[str, Any]) -> str:
-    sub = host.subscribe()
-    provider.enqueue(sid, *responses, {"text": "Done."})
-    turn = await prompt(host, sid)
-    assert (await ended(sub, turn["turnId"])).reason == "completed"
-    return str(turn["turnId"])
 
 
 def _content(n: int) -> str:
@@ -50,7 +42,7 @@ async def test_issue33_retention_prunes_old_turns_keeps_recent_ones_and_the_repo
     keeping = make_host(checkpoint_keep_turns=0, checkpoint_keep_days=0)  # 0 and 0: everything is kept
     sid = (await session(keeping, project, permissionMode="auto"))["id"]
     contents = [_content(n) for n in range(8)]
-    turns = [await _turn(keeping, provider, sid, tool("Write", path="data.txt", content=c)) for c in contents]
+    turns = [await completed_turn(keeping, provider, sid, tool("Write", path="data.txt", content=c)) for c in contents]
     await keeping.call("session.changes", {"sessionId": sid})  # (every turn's checkpoints recorded)
     await keeping.close()
     host = make_host(checkpoint_keep_turns=3, checkpoint_keep_days=0)
@@ -79,7 +71,7 @@ async def test_issue33_retention_prunes_old_turns_keeps_recent_ones_and_the_repo
 
     reverted = await host.call("session.revert", {"sessionId": sid, "turnId": turns[6]})
     assert reverted["files"] == ["data.txt"] and (project / "data.txt").read_text() == contents[5]
-    last = await _turn(host, provider, sid, tool("Write", path="data.txt", content="after the prune\n"))
+    last = await completed_turn(host, provider, sid, tool("Write", path="data.txt", content="after the prune\n"))
     one = await host.call("session.changes", {"sessionId": sid, "turnId": last})
     assert "+after the prune" in one["turns"][0]["files"][0]["diff"]
     again = await host.call("session.revert", {"sessionId": sid, "turnId": last})
@@ -98,7 +90,7 @@ async def test_issue33_retention_runs_by_itself_after_turns_and_never_drops_a_ro
     cps = checkpoints.of(host.parts)
     turns = []
     for n in range(7):
-        turns.append(await _turn(host, provider, sid, tool("Write", path=f"f{n}.txt", content=f"{n}\n")))
+        turns.append(await completed_turn(host, provider, sid, tool("Write", path=f"f{n}.txt", content=f"{n}\n")))
         await host.call("session.changes", {"sessionId": sid, "turnId": turns[-1], "diff": False})
         if n == 4:  # as a crash between a turn's checkpoints and its row leaves it
             with host.parts.store.db.tx() as db:

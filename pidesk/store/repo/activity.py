@@ -23,6 +23,7 @@ from pidesk.core.records import (
 )
 from pidesk.ids import new_id, now_iso
 from pidesk.store.repo.sessions import Row
+from pidesk.store.repo.keyset import keyset
 
 
 # ---- queue ------------------------------------------------------------------------
@@ -104,18 +105,8 @@ def notifications(db: sqlite3.Connection, unseen_only: bool, *, limit: int = -1,
                   after: tuple[str, str] | None = None, newest_first: bool = False) -> list[Notification]:
     """Notifications by (created_at, id) (``newest_first``: the other way), the unseen ones only when
     ``unseen_only``; at most ``limit`` (-1: all), starting past the one whose (created_at, id) is ``after``."""
-    where, args = [], []
-    if unseen_only:
-        where.append("seen_at IS NULL")
-    if after is not None:
-        where.append("(created_at, id) < (?, ?)" if newest_first else "(created_at, id) > (?, ?)")
-        args += list(after)
-    order = "DESC" if newest_first else "ASC"
-    rows = db.execute(
-        f"SELECT {_NOTE_COLS} FROM notifications {'WHERE ' + ' AND '.join(where) if where else ''}"
-        f" ORDER BY created_at {order}, id {order} LIMIT ?", (*args, limit),
-    )
-    return [_note(r) for r in rows]
+    clause, args = keyset("", ["seen_at IS NULL"] if unseen_only else [], [], after, newest_first, limit)
+    return [_note(r) for r in db.execute(f"SELECT {_NOTE_COLS} FROM notifications {clause}", args)]
 
 
 def prune_notifications(db: sqlite3.Connection, before: str, limit: int) -> int:

@@ -22,6 +22,7 @@ from pidesk.core.records import (
 )
 from pidesk.core.transitions import advance
 from pidesk.ids import now_iso
+from pidesk.store.repo.keyset import keyset
 
 Row = tuple[Any, ...]
 
@@ -81,19 +82,9 @@ def list_sessions(db: sqlite3.Connection, project_path: str | None = None, *, li
     """Sessions in creation order (``newest_first``: the other way), those of ``project_path`` only
     when given; at most ``limit`` (-1: all), starting past the session whose (created_at, id) is
     ``after``."""
-    where, args = [], []
-    if project_path is not None:
-        where.append("s.project_path = ?")
-        args.append(project_path)
-    if after is not None:
-        where.append("(s.created_at, s.id) < (?, ?)" if newest_first else "(s.created_at, s.id) > (?, ?)")
-        args += list(after)
-    order = "DESC" if newest_first else "ASC"
-    rows = db.execute(
-        f"SELECT {_SESSION_COLS} FROM sessions s {'WHERE ' + ' AND '.join(where) if where else ''}"
-        f" ORDER BY s.created_at {order}, s.id {order} LIMIT ?", (*args, limit),
-    ).fetchall()
-    return [_session(r) for r in rows]
+    mine = ([], []) if project_path is None else (["s.project_path = ?"], [project_path])
+    clause, args = keyset("s.", *mine, after, newest_first, limit)
+    return [_session(r) for r in db.execute(f"SELECT {_SESSION_COLS} FROM sessions s {clause}", args).fetchall()]
 
 
 def set_status(
