@@ -18,8 +18,8 @@ one pipe. However the call ends, the group is stopped before it returns:
   ends, when the tool is closed at the end of its turn;
 - timeout: the same, and the result is ``TOOL_TIMEOUT``;
 - cancellation (abort): SIGKILL at once, then ``CancelledError`` propagates;
-  this holds even while bash is still being spawned (the spawn is shielded,
-  finished, and its group killed).
+  this holds even while bash is still being spawned (it is killed once it
+  exists, before it was handed anything to run).
 
 "Stopped" means no member of the group is still running (zombies waiting for
 init count as stopped); each wait for that is bounded, so a process stuck in
@@ -55,7 +55,7 @@ from typing import Any, Final
 
 from pidesk.core.errors import Code
 from pidesk.tools.base import ToolFailure, ToolResult, optional_bool, optional_int, require_str
-from pidesk.tools.children import exit_code, watch_exit
+from pidesk.tools.children import exit_code, popen_off_loop, watch_exit
 from pidesk.tools.sandbox_server import Sandbox, SandboxServer
 from pidesk.tools.watchdog import GroupRecord, Guarded, guard, keep_guarded, release
 
@@ -166,6 +166,7 @@ class Bash:
         # the next calls' shells, oldest first, each maybe still starting, with when it was asked for
         self._spares: deque[tuple[asyncio.Future[_Shell], float]] = deque()
         self._depth = 1  # how many spares to keep ready (MAX_SPARES once calls came faster than they start)
+        self._starting: set[asyncio.Task[None]] = set()  # the spares being started (_spawn_spare)
         self._closed = False
 
     @property
@@ -201,9 +202,8 @@ class Bash:
             shell.close()
             if stopped:  # (one that would not stop stays guarded: the watchdog or boot kills it)
                 release(shell.guarded, self.process_groups)
-        # Only now: a spawn holds the event loop ~0.5 ms (fork and exec), which during the command
-        # delayed noticing its exit by as much; from here it overlaps the caller's durable write of
-        # the result and the model's next answer.
+        # Only now: a spawn's fork and exec would compete with the command for the CPU; from here
+        # they overlap the caller's durable write of the result and the model's next answer.
         self._start_spare()
         output = collector.text()
         if not collector.eof.done():
@@ -227,10 +227,12 @@ class Bash:
         exits = set()
         while self._spares:
             spare, _ = self._spares.popleft()
-            spare.cancel()  # (not started yet: it never will be)
+            spare.cancel()  # (not started yet: it never will be; starting: it is killed once it exists)
             self._discard(spare)
             if not spare.cancelled() and spare.exception() is None:
                 exits.add(spare.result().collector.exited)
+        if self._starting:
+            await asyncio.wait(self._starting, timeout=_KILL_WAIT_S)
         if exits:
             await asyncio.wait(exits, timeout=_KILL_WAIT_S)
         if self.sandbox is not None:
@@ -248,7 +250,7 @@ class Bash:
             data = b"\n"  # the go-ahead: the command is in the argv
             server = await self.sandbox.ready() if self.sandbox is not None else None  # (ToolFailure if it cannot)
             try:
-                shell = self._spawn(["-c", _RUN_WHEN_TOLD, self.bash, command], server)
+                shell = await self._spawn(["-c", _RUN_WHEN_TOLD, self.bash, command], server)
             except OSError as exc:
                 raise ToolFailure(None, f"Bash: cannot start {self.bash} in {self.root}: {exc}") from None
             try:  # (a shell that could not start, a sandbox that failed: its exit, and the guard finds it gone)
@@ -271,16 +273,24 @@ class Bash:
         unless no call will come."""
         loop = asyncio.get_running_loop()
         while len(self._spares) < self._depth and not self._closed:
-            spare: asyncio.Future[_Shell] = loop.create_future()
-            self._spares.append((spare, loop.time()))
-            loop.call_soon(self._spawn_spare, spare)
+            self._spares.append((self._begin_spare(loop), loop.time()))
 
-    def _spawn_spare(self, spare: asyncio.Future[_Shell]) -> None:
+    def _begin_spare(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[_Shell]:
+        """A spare shell, being started (``_spawn_spare``); cancelled if its start ends without one."""
+        spare: asyncio.Future[_Shell] = loop.create_future()
+        starting = loop.create_task(self._spawn_spare(spare))
+        self._starting.add(starting)
+        starting.add_done_callback(self._starting.discard)
+        starting.add_done_callback(lambda _: spare.cancel())  # (cut short: the loop ended before it began)
+        return spare
+
+    async def _spawn_spare(self, spare: asyncio.Future[_Shell]) -> None:
         """The next call's shell, guarded once bash runs: the call that takes it hands it the command with
         nothing left to record. Not at once: the guard reads the leader's start time from /proc, and while
         the kernel still runs bash's exec that read waits for it (up to ~2 ms of a stalled event loop here,
         one spawn in five). A spare that cannot start or be recorded is never used: the call starts a cold
-        shell, which reports why."""
+        shell, which reports why. One started after its call came (a cold shell ran the command) or after
+        the tool closed is killed: it has run nothing."""
         if spare.done():  # taken or closed before it started
             return
         server = self.sandbox.current() if self.sandbox is not None else None
@@ -288,9 +298,13 @@ class Bash:
             spare.set_exception(ConnectionError("no sandbox to start a spare in: the next call starts one"))
             return
         try:
-            shell = self._spawn(["-c", _WAIT_FOR_COMMAND], server)
+            shell = await self._spawn(["-c", _WAIT_FOR_COMMAND], server)
         except OSError as exc:
-            spare.set_exception(exc)
+            if not spare.done():
+                spare.set_exception(exc)
+            return
+        if spare.done():
+            _retire(shell, self.process_groups)
             return
         shell.guard_due = True
         shell.running.add_done_callback(lambda _: self._guard_spare(shell))
@@ -310,8 +324,8 @@ class Bash:
         if not self._spares:
             return None
         spare, born = self._spares.popleft()
-        spare.cancel()  # (not started yet: the call starts a cold shell rather than wait a turn of the loop)
-        if spare.cancelled():  # asked for too late to have started: calls come faster than shells start
+        spare.cancel()  # (still starting: the call starts a cold shell, and the spare is killed once it exists)
+        if spare.cancelled():  # asked for too late to be ready: calls come faster than shells start
             self._depth = MAX_SPARES
             return None
         if spare.exception() is not None:
@@ -337,25 +351,26 @@ class Bash:
             return
         _retire(spare.result(), self.process_groups)
 
-    def _spawn(self, argv: list[str], server: SandboxServer | None) -> _Shell:
+    async def _spawn(self, argv: list[str], server: SandboxServer | None) -> _Shell:
         """A new shell running ``bash argv``: forked in ``server``'s sandbox, or started here."""
-        return _Shell([self.bash, *argv], cwd=self.root, env=self.env, max_output=self.max_output, server=server)
+        return await _Shell.start([self.bash, *argv], cwd=self.root, env=self.env, max_output=self.max_output,
+                                  server=server)
 
 
 class _Shell:
-    """A bash, started at once (no await): in a new session, its stdin a pipe we write its command
-    (or go-ahead) to, its stdout and stderr one pipe read into a ``_Collector``, its exit watched
-    through ``watch_exit``; and its process group's guard, once guarded.
+    """A bash in a new session (``_Shell.start``), its stdin a pipe we write its command (or go-ahead) to,
+    its stdout and stderr one pipe read into a ``_Collector``, its exit watched (``watch_exit``, or
+    reported by the sandbox that forked it); and its process group's guard, once guarded.
 
     Not asyncio's subprocess transport: on Python 3.11 that connects the pipes in a task of its
     own, and a spawn cancelled before that task has run is waited for forever. Every task is
     cancelled when ``asyncio.run`` ends, so a spare shell being started then hung the process.
-    Started here, a shell is never half-made, and its exit reaches the collector directly."""
+    Started here, a shell is never half-made: ``start`` returns it whole or leaves nothing behind."""
 
-    def __init__(self, argv: list[str], *, cwd: Path, env: Mapping[str, str] | None, max_output: int,
-                 server: SandboxServer | None = None) -> None:
-        self.collector = collector = _Collector(max_output)
+    def __init__(self, max_output: int, server: SandboxServer | None) -> None:
+        self.collector = _Collector(max_output)
         self.server = server  # the sandbox it was forked in (which reaps it and reports its exit), if any
+        self.pid = 0
         self.guarded: Guarded | None = None
         self.guard_due = False  # a spare started but not yet guarded
         # Done once bash runs: at RUNNING_MARK, which both scripts (_WAIT_FOR_COMMAND, _RUN_WHEN_TOLD)
@@ -363,33 +378,52 @@ class _Shell:
         self.running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.returncode: int | None = None
         self._popen: subprocess.Popen[bytes] | None = None
-        stdin, self.stdin = os.pipe()
-        self.output, output = os.pipe()
+        self.stdin = self.output = -1  # our ends of its pipes
+
+    @classmethod
+    async def start(cls, argv: list[str], *, cwd: Path, env: Mapping[str, str] | None, max_output: int,
+                    server: SandboxServer | None = None) -> _Shell:
+        """``argv`` started, in ``server``'s sandbox (forked there) or here (``Popen`` in a thread): neither
+        holds the event loop for the fork and exec. ``OSError`` if it cannot start. Cancelled meanwhile, the
+        shell is killed once it exists (it has run nothing: it waits for its stdin, which closes) and the
+        cancellation goes on."""
+        shell = cls(max_output, server)
+        their_stdin, shell.stdin = os.pipe()
+        shell.output, their_output = os.pipe()
+        theirs = (their_stdin, their_output)
         try:
             if server is not None:
-                self.pid = server.spawn(argv, os.environ if env is None else env, cwd, stdin, output, self._exited)
+                try:
+                    answer = server.spawn(argv, os.environ if env is None else env, cwd, *theirs, shell._exited)
+                finally:
+                    _close(theirs)  # (sent: the request holds them now)
+                shell.pid = await answer  # (cancelled: the sandbox kills the shell as its answer comes)
             else:
-                self._popen = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=output, stderr=output,
-                                               start_new_session=True)
-                self.pid = self._popen.pid
+                try:
+                    shell._popen, cancelled = await popen_off_loop(lambda: subprocess.Popen(
+                        argv, cwd=cwd, env=env, stdin=their_stdin, stdout=their_output, stderr=their_output,
+                        start_new_session=True))
+                finally:
+                    _close(theirs)
+                shell.pid = shell._popen.pid
+                shell._watch_exit()
+                if cancelled:
+                    _signal_group(shell.pid, signal.SIGKILL)
+                    raise asyncio.CancelledError
         except BaseException:
-            os.close(self.stdin)
-            os.close(self.output)
+            shell.close()
             raise
-        finally:
-            os.close(stdin)
-            os.close(output)
-        loop = asyncio.get_running_loop()
-        os.set_blocking(self.output, False)
-        loop.add_reader(self.output, self._read)
-        if self._popen is None:
-            return  # (its exit comes from the sandbox, which reaps it)
+        os.set_blocking(shell.output, False)
+        asyncio.get_running_loop().add_reader(shell.output, shell._read)
+        return shell
+
+    def _watch_exit(self) -> None:
+        assert self._popen is not None
         try:
             watch_exit(self.pid, self._exited)
         except OSError:  # (out of file descriptors): it has run nothing; stop it here
             _signal_group(self.pid, signal.SIGKILL)
             self._exited(self._popen.wait())
-            self.close()
             raise
 
     def hand(self, data: bytes) -> None:
@@ -457,6 +491,11 @@ _RUN_WHEN_TOLD = (
     f'printf "\\006"; IFS= read -r -t {SPARE_IDLE_S} __pidesk_go || exit 0; exec </dev/null; unset __pidesk_go; '
     'eval "shift; $1"'
 )
+
+
+def _close(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _retire(shell: _Shell, record: GroupRecord | None) -> None:

@@ -2,10 +2,10 @@
 
 ``SandboxServer`` is one running sandbox: bwrap (``Bubblewrap.prefix``) around ``sandboxd``, and
 the socket the host asks it for shells on. ``spawn`` hands it a shell's argv, environment,
-directory and pipes and returns the shell's pid as this host sees it (from the pidfd sandboxd
-sends back: the kernel's word, not the sandbox's); ``on_exit`` hears the shell's return code
-when sandboxd has reaped it. ``spawn`` answers at once, as ``subprocess.Popen`` would: it waits
-(bounded) for sandboxd's answer, which takes a fork.
+directory and pipes; its answer, once sandboxd has forked the shell, is the shell's pid as this
+host sees it (from the pidfd sandboxd sends back: the kernel's word, not the sandbox's), and
+``on_exit`` hears the shell's return code when sandboxd has reaped it. The event loop does not
+wait for the fork: on a loaded machine that wait held it 50-250 ms (64 sessions busy, bench/scale.py).
 
 ``Sandbox`` is what a Bash tool holds: the server its policy asks for now, started on the first
 call (async: ~15 ms, a bwrap and a Python), and started afresh — the old one closed once its
@@ -29,12 +29,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import select
 import signal
 import socket
 import subprocess
 import sys
-import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
@@ -49,7 +48,7 @@ log = logging.getLogger("pidesk.tools.sandbox")
 
 SANDBOXD: Final = Path(__file__).with_name("sandboxd.py")
 START_TIMEOUT_S: Final = 20.0  # for a sandbox to start (bwrap, then Python) and say it is ready
-SPAWN_TIMEOUT_S: Final = 5.0  # for sandboxd to answer a spawn (a fork): the event loop waits meanwhile
+SPAWN_TIMEOUT_S: Final = 5.0  # for sandboxd to answer a spawn (a fork); one it does not answer ends it
 CLOSE_WAIT_S: Final = 2.0
 _MESSAGE: Final = 4096
 
@@ -62,6 +61,8 @@ class SandboxServer:
         self.shells = 0  # its shells still running
         self.retired = False  # closed once its last shell is done (no new shell is started in it)
         self._on_exit: dict[int, Callable[[int], None]] = {}  # its pid for a shell -> that shell's callback
+        # the spawns asked for and not yet answered, in order (sandboxd answers each in turn), each with its callback
+        self._answers: deque[tuple[asyncio.Future[int], Callable[[int], None]]] = deque()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # bwrap exited
@@ -78,10 +79,15 @@ class SandboxServer:
         return self._sock is not None and not self._ended.done()
 
     def spawn(self, argv: list[str], env: Mapping[str, str], cwd: Path, stdin: int, output: int,
-              on_exit: Callable[[int], None]) -> int:
-        """Start ``argv`` in the sandbox, with ``stdin`` and ``output`` (stdout and stderr) as given; its pid
-        (this host's view). ``on_exit(returncode)`` is called on the loop once it has exited. ``OSError`` if the
-        server is gone or does not answer."""
+              on_exit: Callable[[int], None]) -> asyncio.Future[int]:
+        """Ask the sandbox to start ``argv`` with ``stdin`` and ``output`` (stdout and stderr) as given (they are
+        sent at once: the caller may close its copies on return). The answer is the shell's pid, this host's
+        view, once sandboxd has forked it: the loop goes on meanwhile. ``on_exit(returncode)`` is called on
+        the loop once it has exited. ``ConnectionError`` at once if the server is gone; the answer fails with
+        an ``OSError`` if the shell could not start, or the server ended or did not answer in time.
+
+        Cancelling the answer does not take the request back: the shell starts, and is killed when its
+        answer comes. It has run nothing: a shell waits for its command on a stdin only its caller writes."""
         sock = self._sock
         if sock is None or self._ended.done():
             raise ConnectionError("the sandbox has ended")
@@ -92,47 +98,35 @@ class SandboxServer:
             socket.send_fds(sock, [request], [stdin, output])
         except BlockingIOError:
             raise ConnectionError("the sandbox is not reading its requests") from None
-        deadline = time.monotonic() + SPAWN_TIMEOUT_S
-        while True:  # (the loop waits here, as it does in Popen for a fork and an exec)
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([sock], [], [], left)[0]:
-                self._fail("it did not answer a spawn within %.0f s" % SPAWN_TIMEOUT_S)
-                raise TimeoutError("the sandbox did not answer")
-            try:
-                message, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 1)
-            except BlockingIOError:
-                continue
-            if not message:
-                self._fail("its socket closed")
-                raise ConnectionError("the sandbox has ended")
-            if message[:1] == b"X":  # another shell's exit, read before our answer: tell it after this
-                self._exited_later(message)
-                continue
-            if message[:1] == b"E" or not fds:
-                for fd in fds:
-                    os.close(fd)
-                raise OSError(f"the sandbox could not start the shell: {message[1:].decode(errors='replace')}")
-            pid = _pid_of(fds[0])
-            os.close(fds[0])
-            if pid is None:
-                raise OSError("the sandbox's answer named no process")
-            self._on_exit[int(message[1:])] = on_exit
-            self.shells += 1
-            return pid
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[int] = loop.create_future()
+        self._answers.append((answer, on_exit))
+        deadline = loop.call_later(SPAWN_TIMEOUT_S, self._unanswered, answer)
+        answer.add_done_callback(lambda _: deadline.cancel())
+        return answer
 
     def retire(self) -> None:
         """Start no shell here any more; close once the last one is done (at once if none runs)."""
         self.retired = True
-        if self.shells == 0:
+        if self._idle:
             self.close()
 
     def close(self) -> None:
-        """End the sandbox: sandboxd reads the end of its socket and exits, and with it everything inside."""
+        """End the sandbox: sandboxd reads the end of its socket and exits, and with it everything inside.
+        A spawn still unanswered fails (``ConnectionError``)."""
         self.retired = True
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
             self._sock = None
+        answers, self._answers = self._answers, deque()
+        for answer, _ in answers:
+            if not answer.done():
+                answer.set_exception(ConnectionError("the sandbox has ended"))
+
+    @property
+    def _idle(self) -> bool:
+        return self.shells == 0 and not self._answers
 
     async def wait_closed(self) -> None:
         """Once it has ended (bounded; then its whole process group is killed)."""
@@ -205,27 +199,54 @@ class SandboxServer:
         loop.add_reader(ours.fileno(), self._read)
 
     def _read(self) -> None:
-        """Exits, as they come; the end of the socket is the end of the sandbox."""
+        """Answers and exits, as they come; the end of the socket is the end of the sandbox."""
         sock = self._sock
         if sock is None:
             return
-        while True:
+        while self._sock is sock:
             try:
                 message, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 1)
             except BlockingIOError:
                 return
             except OSError:
                 message, fds = b"", []
-            for fd in fds:  # (an exit carries none)
-                os.close(fd)
             if not message:
                 self._fail("its socket closed")
                 return
+            if message[:1] in (b"P", b"E"):
+                self._answered(message, fds)
+                continue
+            for fd in fds:  # (an exit carries none)
+                os.close(fd)
             if message[:1] == b"X":
                 self._exited(message)
 
-    def _exited_later(self, message: bytes) -> None:
-        asyncio.get_running_loop().call_soon(self._exited, message)
+    def _answered(self, message: bytes, fds: list[int]) -> None:
+        """The answer to the oldest spawn not yet answered: ``P`` and its pidfd, or ``E`` and why."""
+        pid = _pid_of(fds[0]) if message[:1] == b"P" and fds else None
+        for fd in fds:
+            os.close(fd)
+        if not self._answers:
+            return  # (sandboxd answers each request once: nothing can be left to answer)
+        answer, on_exit = self._answers.popleft()
+        if message[:1] == b"P":  # started: it is reaped and reported like any other, whatever its caller does
+            self._on_exit[int(message[1:])] = on_exit
+            self.shells += 1
+        if pid is None:
+            why = message[1:].decode(errors="replace") if message[:1] == b"E" else "its answer named no process"
+            if not answer.done():
+                answer.set_exception(OSError(f"the sandbox could not start the shell: {why}"))
+        elif answer.done():  # its caller gave up (cancelled): it has run nothing and never will
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        else:
+            answer.set_result(pid)
+        if self.retired and self._idle:
+            self.close()
+
+    def _unanswered(self, answer: asyncio.Future[int]) -> None:
+        if not answer.done() and self._sock is not None:
+            self._fail(f"it did not answer a spawn within {SPAWN_TIMEOUT_S:.0f} s")
 
     def _exited(self, message: bytes) -> None:
         try:
@@ -237,7 +258,7 @@ class SandboxServer:
             return
         self.shells -= 1
         callback(code)
-        if self.retired and self.shells == 0:
+        if self.retired and self._idle:
             self.close()
 
     def _fail(self, why: str) -> None:
@@ -256,7 +277,7 @@ class SandboxServer:
     def _bwrap_exited(self, returncode: int) -> None:
         if not self._ended.done():
             self._ended.set_result(None)
-        if self._on_exit:
+        if self._on_exit or self._answers:
             self._fail(f"bwrap exited ({returncode})")
 
 

@@ -7,7 +7,9 @@ decides what wins where mounts overlap — is checked without starting anything;
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -16,7 +18,8 @@ import pytest_asyncio
 
 from pidesk.tools import make_bash_tool, run_tool
 from pidesk.tools.bash import Bash
-from pidesk.tools.sandbox_server import Sandbox
+from pidesk.tools import sandbox_server
+from pidesk.tools.sandbox_server import Sandbox, SandboxServer
 from pidesk.tools.sandbox import Bubblewrap, SandboxPolicy, bwrap_argv, probe, protected_paths, repository_under_tmp
 from tests.sandboxing import require_sandbox
 
@@ -158,3 +161,80 @@ def test_a_root_under_tmp_keeps_its_repository_in_sight(tmp_path: Path) -> None:
     order = mounts(bwrap_argv("bwrap", SandboxPolicy(root), under_tmp=[repo]))
     assert order.index(("--tmpfs", "/tmp")) < order.index(("--ro-bind", str(repo), str(repo))) \
         < order.index(("--bind", str(root), str(root)))
+
+
+# ---- the sandbox's own server (tools/sandbox_server.py) -------------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def server(tmp_path: Path) -> AsyncIterator[SandboxServer]:
+    require_sandbox()
+    started = await SandboxServer.start(Bubblewrap(SandboxPolicy(tmp_path)).prefix())
+    yield started
+    started.close()
+    await started.wait_closed()
+
+
+def ask(server: SandboxServer, argv: list[str], cwd: Path, exits: list[int]) -> asyncio.Future[int]:
+    """``server.spawn(argv)``, its stdin and output /dev/null."""
+    stdin, output = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
+    try:
+        return server.spawn(argv, {"PATH": os.environ["PATH"]}, cwd, stdin, output, exits.append)
+    finally:
+        os.close(stdin)
+        os.close(output)
+
+
+def command_line(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+@pytest.mark.asyncio
+async def test_a_spawn_whose_caller_gave_up_is_killed_and_the_answers_stay_in_order(server: SandboxServer,
+                                                                                 tmp_path: Path) -> None:
+    """Answers come in the order asked; one nobody waits for any more (a call cancelled while its shell
+    started) kills its shell, and the next answer is still the next shell's."""
+    dropped: list[int] = []
+    kept: list[int] = []
+    ask(server, ["/bin/sleep", "301"], tmp_path, dropped).cancel()  # (sleep ignores stdin: only a kill ends it)
+    pid = await asyncio.wait_for(ask(server, ["/bin/sleep", "302"], tmp_path, kept), 10)
+    assert command_line(pid) == ["/bin/sleep", "302"]  # (the host's view of the second shell)
+    async with asyncio.timeout(10):
+        while not dropped:  # (its exit, reported by the sandbox: bounded by the timeout)
+            await asyncio.sleep(0.01)
+    assert dropped == [-signal.SIGKILL] and not kept and server.shells == 1
+
+
+@pytest.mark.asyncio
+async def test_the_loop_runs_while_the_sandbox_forks_and_one_that_never_answers_is_ended(
+        server: SandboxServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sandbox slow to answer (stopped here) holds nothing but its own caller; one that does not answer
+    within the bound is ended, and its callers are told."""
+    monkeypatch.setattr(sandbox_server, "SPAWN_TIMEOUT_S", 1.0)
+    group = server._proc.pid  # type: ignore[union-attr]  # (bwrap and sandboxd: a session of their own)
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        answer = ask(server, ["/bin/true"], tmp_path, [])
+        ticks = 0
+        while not answer.done():  # the loop goes on: each tick is a turn of it (bounded by the timeout)
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert ticks >= 50  # (a second of 10 ms sleeps, give or take the VM)
+        with pytest.raises(ConnectionError):
+            answer.result()
+        assert not server.alive
+    finally:
+        os.killpg(group, signal.SIGCONT)
+
+
+@pytest.mark.asyncio
+async def test_a_sandbox_that_ends_fails_the_spawns_it_had_not_answered(server: SandboxServer, tmp_path: Path) -> None:
+    group = server._proc.pid  # type: ignore[union-attr]
+    os.killpg(group, signal.SIGSTOP)
+    answer = ask(server, ["/bin/true"], tmp_path, [])
+    server.close()
+    os.killpg(group, signal.SIGCONT)
+    with pytest.raises(ConnectionError):
+        await answer
+    with pytest.raises(ConnectionError):
+        ask(server, ["/bin/true"], tmp_path, [])
