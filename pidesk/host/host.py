@@ -28,7 +28,7 @@ from pidesk.core.errors import Code, Conflict, InvalidParams, NotFound, PideskEr
 from pidesk.core.events import AnyEvent, TurnEnded, event_payload
 from pidesk.core.modes import TurnOrigin
 from pidesk.core.records import AttachmentBlock, Block, Draft, Session, TextBlock, Turn
-from pidesk.host import checkpoints, doctor, validate
+from pidesk.host import checkpoints, doctor, paging, validate
 from pidesk.host.approvals import Approvals
 from pidesk.host.bus import EventBus, Subscription
 from pidesk.host.compaction import Compactions
@@ -230,7 +230,7 @@ class Host:
                              permission_mode: Any = None) -> Session:
         return self.sessions.create(project_path, title, mode, permission_mode)
 
-    async def session_list(self, project_path: Any = None, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
+    async def session_list(self, project_path: Any = None, limit: Any = None, cursor: Any = None) -> paging.Ready:
         return await self.sessions.list(project_path, limit, cursor)
 
     async def session_get(self, session_id: Any, before_seq: Any = None, limit: Any = None) -> dict[str, Any]:
@@ -503,7 +503,7 @@ class Host:
     # ---- notifications.* / audit.* ------------------------------------------------------------
 
     async def notifications_list(self, unseen_only: Any = None, limit: Any = None,
-                                 cursor: Any = None) -> dict[str, Any]:
+                                 cursor: Any = None) -> paging.Ready:
         return await self.notifications.list(unseen_only, limit, cursor)
 
     async def notifications_mark_seen(self, ids: Any = None, session_id: Any = None) -> dict[str, Any]:
@@ -540,7 +540,8 @@ class Host:
         missing = [k for k, name in accepted.items() if _required(fn, name) and name not in kwargs]
         if missing:
             raise InvalidParams(f"{method} needs {', '.join(missing)}")
-        return msgspec.to_builtins(await fn(**kwargs))
+        result = await fn(**kwargs)
+        return result if isinstance(result, paging.Ready) else msgspec.to_builtins(result)
 
 
 METHODS: dict[str, str] = {

@@ -38,7 +38,7 @@ class Notifications:
         self.p = parts
         self.clock = clock
 
-    async def list(self, unseen_only: Any = None, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
+    async def list(self, unseen_only: Any = None, limit: Any = None, cursor: Any = None) -> paging.Ready:
         if unseen_only is not None and not isinstance(unseen_only, bool):
             raise InvalidParams("unseenOnly must be true or false")
         unseen = bool(unseen_only)
@@ -48,7 +48,7 @@ class Notifications:
                 return repo.notifications(db, unseen, limit=count, after=after, newest_first=newest_first)
 
         notes, next_cursor = await paging.listing(read, _key, limit, cursor, "notifications.list")
-        return {"notifications": notes, "nextCursor": next_cursor}
+        return paging.Ready(notifications=notes, nextCursor=next_cursor)
 
     def mark_seen(self, ids: Any = None, session_id: Any = None) -> None:
         if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):

@@ -78,7 +78,7 @@ class Sessions:
         self.p.publish_session(session_id)
         return session
 
-    async def list(self, project_path: Any = None, limit: Any = None, cursor: Any = None) -> dict[str, Any]:
+    async def list(self, project_path: Any = None, limit: Any = None, cursor: Any = None) -> paging.Ready:
         """``session.list``, paged as ``paging`` says (at 10,000 sessions one unpaged read held the
         loop ~80 ms, and a batch of them seconds)."""
         if project_path is not None:
@@ -89,7 +89,7 @@ class Sessions:
                 return repo.list_sessions(db, project_path, limit=count, after=after, newest_first=newest_first)
 
         sessions, next_cursor = await paging.listing(read, _key, limit, cursor, "session.list")
-        return {"sessions": sessions, "nextCursor": next_cursor}
+        return paging.Ready(sessions=sessions, nextCursor=next_cursor)
 
     def delete(self, session_id: Any) -> None:
         session = self.p.session(validate.ident(session_id, "sessionId"))
