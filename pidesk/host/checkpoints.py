@@ -362,15 +362,9 @@ class Checkpoints:
         return pruned and len(drop)
 
     def _root_busy(self, root: str) -> bool:
-        for live in list(self.p.live.turns.values()):
-            if self._roots.get(live.session_id) == Path(root):
-                return True
-            try:
-                if self.p.session(live.session_id).root == root:
-                    return True
-            except PideskError:
-                continue
-        return False
+        """Whether a turn runs in ``root`` (each session's root asked of the store once: with 64 turns
+        running, reading every one of theirs at each look was 4,096 reads as their 64 projects pruned)."""
+        return any(self._root(live.session_id) == Path(root) for live in list(self.p.live.turns.values()))
 
     async def changes(self, session_id: Any, turn_id: Any = None, path: Any = None, limit: Any = None,
                       cursor: Any = None, diff: Any = None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import os
 import queue
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ class Parts:
     plugin_tools: Any = None  # pidesk.plugins.mcp_tools.McpTools when the config names MCP servers
     session_plugins: Any = None  # pidesk.host.session_plugins.SessionPlugins: servers clients bring per session
     threads: ThreadPoolExecutor = field(default_factory=StoreThreads)
+    # sandboxes starting at once, across every turn (tools/sandbox_server.py, Sandbox): a start is CPU work
+    sandbox_starts: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(os.cpu_count() or 1))
 
     def session(self, session_id: str) -> Session:
         with self.store.db.read() as db:

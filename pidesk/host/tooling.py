@@ -99,14 +99,17 @@ class TurnTools:
 
     def _workspace(self) -> dict[str, Tool]:
         if self._tools is None:
-            sandbox = Sandbox(sandbox_for(self.p, self.root)) if self.p.config.sandbox.enabled else None
+            sandbox = self._sandbox() if self.p.config.sandbox.enabled else None
             self._tools = self.p.workspace_tools(self.root, sandbox)
         return self._tools
+
+    def _sandbox(self, *, read_only_root: bool = False) -> Sandbox:
+        return Sandbox(sandbox_for(self.p, self.root, read_only_root=read_only_root), self.p.sandbox_starts)
 
     def _shell(self, kind: str) -> Bash:
         bash = self._shells.get(kind)
         if bash is None:
-            sandbox = Sandbox(sandbox_for(self.p, self.root, read_only_root=True)) if kind == "read-only" else None
+            sandbox = self._sandbox(read_only_root=True) if kind == "read-only" else None
             bash = self._shells[kind] = make_bash_tool(
                 self.root, env=self.p.config.tool_env, sandbox=sandbox, process_groups=self.p.store.process_groups)
         return bash

@@ -97,45 +97,51 @@ class Turns:
         runs the agent loop and ends the turn. The caller only waits for the prompt: a caller
         cancelled meanwhile (the end of the previous turn starting the next one, say) can never
         leave the session running a turn that nobody drives.
+
+        Starting a turn is turn work: it holds a slot of the step gate (``runtime/gate.py``) until its
+        prompt is durable, so a burst of prompts is let in at the pace of the store. 64 at once made
+        one loop iteration of 64 durable commits, then another of 64 turns' first steps, and held every
+        other client's request behind them for 100-250 ms (bench/scale_checkpoints.py).
         """
-        if session_id in self.p.live.turns:
-            raise Conflict("the session already has an active turn", Code.AGENT_BUSY)
-        turn_id = new_id("t")
-        live = LiveTurn(
-            session_id=session_id, turn_id=turn_id, origin=origin, unattended=unattended, draft=draft,
-            approval_id=approval_id, goal=GoalProgress(criteria) if criteria else None,
-        )
-        self.p.live.turns[session_id] = live
-        try:
-            with self.p.store.db.tx() as db:
-                repo.insert_turn(db, turn_id, session_id, origin, approval_id, consume_entry)
-                if not repo.set_status(db, session_id, SessionStatus.IDLE, SessionStatus.RUNNING, turn_id):
-                    raise Conflict("the session is not idle", Code.AGENT_BUSY)
-                if approval_id is not None:
-                    repo.set_execution_state(db, approval_id, ExecutionState.QUEUED, ExecutionState.RUNNING)
-        except BaseException:
-            del self.p.live.turns[session_id]
-            raise
-        self.p.store.faults.hit("turn.after_start")
-        self.p.bus.publish(TurnStarted(session_id=session_id, turn_id=turn_id, origin=origin.value))
-        self.p.publish_session(session_id)
-        if approval_id is not None:
-            self.publish_execution(approval_id)
-        # The prompt's write runs as a task of its own: nobody's cancellation can interrupt it.
-        write: asyncio.Future[Message] = asyncio.ensure_future(
-            self.p.in_thread(self.p.store.append_message, session_id, turn_id, "user", content))
-        stored: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._drive(live, write, stored, consume_entry, fail_before_model),
-                                   name=f"turn {turn_id}")
-        live.task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        either: set[asyncio.Future[Any]] = {stored, task}
-        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)  # (cancels neither)
-        if stored.done():
-            return turn_id, stored.result().id
-        # The task ended without answering: aborted before its first step. The prompt is still written.
-        return turn_id, (await asyncio.shield(write)).id
+        async with self.p.gate.slot() as slot:
+            if session_id in self.p.live.turns:
+                raise Conflict("the session already has an active turn", Code.AGENT_BUSY)
+            turn_id = new_id("t")
+            live = LiveTurn(
+                session_id=session_id, turn_id=turn_id, origin=origin, unattended=unattended, draft=draft,
+                approval_id=approval_id, goal=GoalProgress(criteria) if criteria else None,
+            )
+            self.p.live.turns[session_id] = live
+            try:
+                with self.p.store.db.tx() as db:
+                    repo.insert_turn(db, turn_id, session_id, origin, approval_id, consume_entry)
+                    if not repo.set_status(db, session_id, SessionStatus.IDLE, SessionStatus.RUNNING, turn_id):
+                        raise Conflict("the session is not idle", Code.AGENT_BUSY)
+                    if approval_id is not None:
+                        repo.set_execution_state(db, approval_id, ExecutionState.QUEUED, ExecutionState.RUNNING)
+            except BaseException:
+                del self.p.live.turns[session_id]
+                raise
+            self.p.store.faults.hit("turn.after_start")
+            self.p.bus.publish(TurnStarted(session_id=session_id, turn_id=turn_id, origin=origin.value))
+            self.p.publish_session(session_id)
+            if approval_id is not None:
+                self.publish_execution(approval_id)
+            # The prompt's write runs as a task of its own: nobody's cancellation can interrupt it.
+            write: asyncio.Future[Message] = asyncio.ensure_future(
+                self.p.in_thread(self.p.store.append_message, session_id, turn_id, "user", content))
+            stored: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+            task = asyncio.create_task(self._drive(live, write, stored, consume_entry, fail_before_model),
+                                       name=f"turn {turn_id}")
+            live.task = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            either: set[asyncio.Future[Any]] = {stored, task}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)  # (cancels neither)
+            if stored.done():
+                return turn_id, stored.result().id
+            # The task ended without answering: aborted before its first step. The prompt is still written.
+            return turn_id, (await asyncio.shield(write)).id
 
     async def _drive(self, live: LiveTurn, write: asyncio.Future[Message], stored: asyncio.Future[Message],
                      consume_entry: str | None, fail_before_model: str | None) -> None:

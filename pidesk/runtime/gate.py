@@ -6,7 +6,9 @@ step of each of them at every hop (socket read, dispatch, send): hundreds of
 milliseconds. The gate bounds that queue. A turn holds a *slot* while it works —
 building a model request, parsing the answer, persisting, authorizing and
 running tools — and RPCs never take one, so an RPC waits behind at most
-``slots`` steps.
+``slots`` steps. Starting a turn is turn work too (``host/turns.py``): a prompt
+takes a slot until it is durable, so a burst of prompts is let in a few at a
+time rather than in one long iteration of the loop.
 
 A turn also waits on things outside the process: the network, a subprocess, an
 fsync, a user's answer, a delegate. It awaits them through ``Slot.wait_for``,

@@ -8,7 +8,9 @@ host sees it (from the pidfd sandboxd sends back: the kernel's word, not the san
 wait for the fork: on a loaded machine that wait held it 50-250 ms (64 sessions busy, bench/scale.py).
 
 ``Sandbox`` is what a Bash tool holds: the server its policy asks for now, started on the first
-call (async: ~15 ms, a bwrap and a Python), and started afresh — the old one closed once its
+call (async: ~15 ms of CPU, a bwrap and a Python; a host lets as many start at once as it has CPUs,
+``Parts.sandbox_starts``: 64 turns' sandboxes starting together left the host's own loop waiting
+for the CPU 100 ms and more), and started afresh — the old one closed once its
 shells are done — when what the policy asks changes (a command made a ``.git``: its hooks and
 config are read-only from the next call on). ``current()`` is the server a spare shell may be
 started in without waiting; None when a call has to start one.
@@ -298,8 +300,9 @@ class Sandbox:
     """The sandbox of one Bash tool's shells (see the module docstring): ``await ready()`` for the server
     a call starts its shell in, ``current()`` for one a spare may use now, ``aclose()`` at the end."""
 
-    def __init__(self, bubblewrap: Bubblewrap) -> None:
+    def __init__(self, bubblewrap: Bubblewrap, starts: asyncio.Semaphore | None = None) -> None:
         self.bubblewrap = bubblewrap
+        self.starts = starts  # shared by a host's sandboxes: how many may be starting at once (None: any)
         self._server: SandboxServer | None = None
         self._starting: asyncio.Future[SandboxServer] | None = None
         self._old: list[SandboxServer] = []  # retired, closing once their shells are done
@@ -311,7 +314,7 @@ class Sandbox:
         if server is not None and server.alive and server.prefix == prefix:
             return server
         if self._starting is None:
-            self._starting = asyncio.ensure_future(SandboxServer.start(prefix))
+            self._starting = asyncio.ensure_future(self._start(prefix))
         starting = self._starting
         try:
             fresh = await asyncio.shield(starting)
@@ -321,6 +324,12 @@ class Sandbox:
         if self._server is not fresh:
             self._replace(fresh)
         return fresh  # (one another call started, maybe on an older policy: the next call checks again)
+
+    async def _start(self, prefix: list[str]) -> SandboxServer:
+        if self.starts is None:
+            return await SandboxServer.start(prefix)
+        async with self.starts:
+            return await SandboxServer.start(prefix)
 
     def current(self) -> SandboxServer | None:
         """The running server if it is still what the policy asks, else None (ready() would start another)."""

@@ -391,3 +391,23 @@ async def test_an_attachment_must_name_stored_bytes_of_its_stated_size_on_every_
             await host.call(method, {"sessionId": s["id"], "text": "see attached", "attachments": [wrong]})
         assert refused.value.code == "INVALID_PARAMS" and why in str(refused.value)
     assert (await state(host, s["id"]))["queue"] == [] and (await state(host, s["id"]))["messages"] == []
+
+
+@pytest.mark.asyncio
+async def test_a_prompt_starts_its_turn_through_the_step_gate(make_host, provider, project):
+    """Starting a turn is turn work: with every slot of the step gate busy, a prompt waits in the gate's
+    queue. (64 prompts at once otherwise committed their turns in one go and held every client behind them.)"""
+    host = make_host(step_slots=1)
+    s = await session(host, project)
+    provider.enqueue(s["id"], {"text": "hi"})
+    sub = host.subscribe()
+    async with host.parts.gate.slot():  # the one slot, held as a turn's CPU step holds it
+        call = asyncio.create_task(host.call("agent.prompt", {"sessionId": s["id"], "text": "hi"}))
+        for _ in range(1000):  # (bounded: the prompt reaches the gate within a few turns of the loop)
+            if host.parts.gate.queued:
+                break
+            await asyncio.sleep(0)
+        assert host.parts.gate.queued == 1 and not call.done()
+        assert (await state(host, s["id"]))["session"]["status"] == "idle"  # not started: no turn yet
+    turn = await call
+    assert (await ended(sub, turn["turnId"])).reason == "completed"

@@ -238,3 +238,33 @@ async def test_a_sandbox_that_ends_fails_the_spawns_it_had_not_answered(server: 
         await answer
     with pytest.raises(ConnectionError):
         ask(server, ["/bin/true"], tmp_path, [])
+
+
+@pytest.mark.asyncio
+async def test_sandboxes_sharing_a_limit_start_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host's sandboxes share a limit on how many start at once (``Parts.sandbox_starts``): a start is CPU work,
+    and 64 together left the host's own loop waiting for the CPU."""
+    require_sandbox()
+    starting: list[None] = []
+    most = 0
+    real = SandboxServer.start.__func__  # type: ignore[attr-defined]
+
+    async def start(cls: type[SandboxServer], prefix: list[str]) -> SandboxServer:
+        nonlocal most
+        starting.append(None)
+        most = max(most, len(starting))
+        try:
+            return await real(cls, prefix)  # type: ignore[no-any-return]
+        finally:
+            starting.pop()
+
+    monkeypatch.setattr(SandboxServer, "start", classmethod(start))
+    limit = asyncio.Semaphore(1)
+    sandboxes = [Sandbox(Bubblewrap(SandboxPolicy(tmp_path)), limit) for _ in range(3)]
+    try:
+        servers = await asyncio.gather(*(sandbox.ready() for sandbox in sandboxes))
+        assert len({id(server) for server in servers}) == 3 and all(server.alive for server in servers)
+        assert most == 1
+    finally:
+        for sandbox in sandboxes:
+            await sandbox.aclose()
