@@ -10,7 +10,8 @@ two steps:
    was written) gets a synthesized ``TOOL_ABORTED`` error result, so a request
    is always valid; a result whose call is not pending (the history was
    compacted, or the result came late) is shown to the model as user text
-   rather than dropped. Empty assistant messages are left out.
+   rather than dropped. Empty assistant messages are left out. A request
+   converts only what is new (``ExchangeCache``): its view grew at the end.
 2. ``openai_*`` / ``anthropic_*`` / ``responses_*`` render that sequence and
    the tool specs (``{name, description, parameters}``) in each wire format.
 
@@ -28,6 +29,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,7 +72,14 @@ class _Pending:
 
 
 def exchanges(messages: Sequence[Message]) -> list[Exchange]:
+    return _marked(messages)[0]
+
+
+def _marked(messages: Sequence[Message]) -> tuple[list[Exchange], list[int]]:
+    """``exchanges(messages)``, and for each message where the sequence may be split — one that is not a
+    tool's, before which nothing is pending — how many exchanges come before it (-1 for a tool's)."""
     out: list[Exchange] = []
+    marks: list[int] = []
     pending = _Pending()
 
     def settle() -> None:
@@ -81,6 +91,7 @@ def exchanges(messages: Sequence[Message]) -> list[Exchange]:
 
     for message in messages:
         if message.role == "tool":
+            marks.append(-1)
             for block in message.content:
                 if isinstance(block, ToolResultBlock) and block.tool_call_id in {c.id for c in pending.calls}:
                     pending.results.setdefault(block.tool_call_id, block)
@@ -91,6 +102,7 @@ def exchanges(messages: Sequence[Message]) -> list[Exchange]:
                     pending.strays.append(text)
             continue
         settle()
+        marks.append(len(out))
         if message.role == "assistant":
             calls = message.tool_calls()
             text = message.text()
@@ -102,7 +114,80 @@ def exchanges(messages: Sequence[Message]) -> list[Exchange]:
             if text:
                 out.append(Said(text))
     settle()
-    return out
+    return out, marks
+
+
+@dataclass
+class _Kept:
+    """A run of one session's messages that ends where its sequence may be split, converted."""
+
+    ids: list[str]
+    marks: list[int]  # ``_marked``'s, for these messages
+    converted: list[Exchange]
+    where: dict[str, int]  # a message's id -> its place in ``ids``
+
+
+class ExchangeCache:
+    """``exchanges`` of each session's successive views, converted for what is new.
+
+    Between two requests a view grows at its end and, once it fills the window, loses messages at its
+    front (``runtime/context_window.py``: the window then opens with a note, on a message that is not a
+    tool's). So what the last view held is kept, up to its last point where the sequence may be split:
+    the ids of those messages, where each such point falls among their exchanges, and the exchanges.
+    A view that holds the kept messages from such a point on (after at most ``LEAD`` others: the note)
+    converts only what comes before and after them: the same sequence as converting it whole, since
+    ``exchanges`` settles at every such point. Any other view (a compaction, another session) is
+    converted whole. 7,000 messages in view took 12 ms a request on the event loop; now what is new
+    does. The last ``SESSIONS`` sessions' are kept."""
+
+    SESSIONS = 64
+    LEAD = 3  # messages a view may begin with before the kept ones (the window's note, a compaction's opening)
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._lock = threading.Lock()  # (providers are shared: a host in another thread converts too)
+
+    def __call__(self, messages: Sequence[Message]) -> list[Exchange]:
+        if not messages:
+            return []
+        key = messages[0].session_id
+        with self._lock:
+            kept = self._kept.get(key)
+        lead, ids, marks, converted = 0, [], [], []  # (nothing kept: the whole view is new)
+        found = self._find(messages, kept) if kept is not None else None
+        if found is not None and kept is not None:
+            lead, at = found
+            ids, converted = kept.ids[at:], kept.converted[kept.marks[at]:]
+            marks = [m - kept.marks[at] if m >= 0 else m for m in kept.marks[at:]]
+        start = lead + len(ids)
+        if start < len(messages) and messages[start].role == "tool":  # (not where the kept part settled)
+            lead, ids, marks, converted, start = 0, [], [], [], 0
+        cut = next((n for n in range(len(messages) - 1, start - 1, -1) if messages[n].role != "tool"), start)
+        more, more_marks = _marked(messages[start:cut])
+        converted = [*converted, *more]
+        marks = [*marks, *(m + len(converted) - len(more) if m >= 0 else m for m in more_marks)]
+        ids = [*ids, *(m.id for m in messages[start:cut])]
+        with self._lock:
+            self._kept[key] = _Kept(ids, marks, converted, {i: n for n, i in enumerate(ids)})
+            self._kept.move_to_end(key)
+            while len(self._kept) > self.SESSIONS:
+                self._kept.popitem(last=False)
+        return [*exchanges(messages[:lead]), *converted, *exchanges(messages[cut:])]
+
+    def _find(self, messages: Sequence[Message], kept: _Kept) -> tuple[int, int] | None:
+        """(how many messages lead, where in the kept ones the view's run of them begins), if the view holds
+        every kept message from a point where the sequence may be split on."""
+        for lead in range(min(self.LEAD, len(messages))):
+            at = kept.where.get(messages[lead].id)
+            if at is None or kept.marks[at] < 0:
+                continue
+            run = len(kept.ids) - at
+            if len(messages) - lead >= run and all(messages[lead + n].id == kept.ids[at + n] for n in range(run)):
+                return lead, at
+        return None
+
+
+_exchanges = ExchangeCache()  # what every vendor's rendering below reads
 
 
 def result_text(result: ToolResultBlock) -> str:
@@ -177,7 +262,7 @@ def openai_messages(system: str, messages: Sequence[Message], reasoning_back: bo
     back as ``reasoning_content``, which DeepSeek's and Kimi's thinking models require in a tool loop
     (and others refuse: a per-model setting)."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    for item in exchanges(messages):
+    for item in _exchanges(messages):
         if isinstance(item, Said):
             out.append({"role": "user", "content": item.text})
         elif isinstance(item, Answered):
@@ -222,7 +307,7 @@ def anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Tool results travel in a user message; consecutive same-role messages are merged
     (tool results first, as the API requires), and the first message is a user's."""
     out: list[dict[str, Any]] = []
-    for item in exchanges(messages):
+    for item in _exchanges(messages):
         blocks: list[dict[str, Any]]
         if isinstance(item, Said):
             role, blocks = "user", [{"type": "text", "text": item.text}]
@@ -308,7 +393,7 @@ def responses_input(messages: Sequence[Message]) -> list[dict[str, Any]]:
     received, and only when it carries ``encrypted_content`` (without it the API would look
     the item up by id, and find nothing)."""
     out: list[dict[str, Any]] = []
-    for item in exchanges(messages):
+    for item in _exchanges(messages):
         if isinstance(item, Said):
             out.append({"role": "user", "content": item.text})
         elif isinstance(item, Answered):
