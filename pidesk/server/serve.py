@@ -112,9 +112,9 @@ async def _listen(host: Host, config: HostConfig, options: ServeOptions, announc
         _freeze_start_up()
         announce(url, token)
         warming = _warm_up(host)
-        if warming is not None:
-            warming.add_done_callback(lambda done: None if done.cancelled() or host.parts.live.turns
-                                      else _freeze_start_up())
+        if warming is not None:  # (the SDK imported: freeze it too)
+            warming.add_done_callback(lambda done: None if done.cancelled()
+                                      else _freeze_start_up(busy=bool(host.parts.live.turns)))
         host.start_scheduler()
         failures = asyncio.create_task(_log_failed_turns(host, sys.stderr), name="serve: failed turns")
         idler = (asyncio.create_task(_exit_when_idle(host, server, options.idle_exit), name="serve: idle exit")
@@ -187,12 +187,15 @@ def dump_tasks(out: TextIO | None = None) -> None:
     out.flush()
 
 
-def _freeze_start_up() -> None:
+def _freeze_start_up(busy: bool = False) -> None:
     """Move every object alive now (modules, the SDK, the store, recovery's work: ~90k) to the
     collector's permanent generation, so a full collection stops walking them: under the load
-    soak its pauses went from 60–80 ms to 8–18 ms (docs/reliability.md, "Load"). Called only
-    while no turn runs: a frozen object that later becomes cyclic garbage is never freed."""
-    gc.collect()
+    soak its pauses went from 60–80 ms to 8–18 ms (docs/reliability.md, "Load"). A frozen object
+    that later becomes cyclic garbage is never freed, so what is garbage now is collected first —
+    unless a turn runs (``busy``): that collection would hold the loop ~30 ms, and what a turn's
+    objects could leak, once, is small beside a 30 ms pause at every full collection after."""
+    if not busy:
+        gc.collect()
     gc.freeze()
 
 
