@@ -14,7 +14,7 @@ host's own work: the model costs nothing and no one is asked.
 * ``shadow_repo_mb_after_1000_turns`` — the size on disk of the shadow repositories after 1,000 turns,
   each changing one file (reported).
 * ``loop_gap_ms_worst`` — the longest the host's event loop went without running a 10 ms probe, over
-  all of the above.
+  all of the above (``loop_gap_ms_<part>``: in each).
 
     .venv/bin/python bench/scale_checkpoints.py [--quick] [--json PATH]
 
@@ -48,6 +48,8 @@ class LoopProbe:
     def __init__(self) -> None:
         self.worst = 0.0
         self.active = 0  # turns running now
+        self.part = ""  # what is being measured (``worst_by_part``)
+        self.worst_by_part: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LoopProbe:
@@ -64,7 +66,9 @@ class LoopProbe:
             was_on = self.active > 0
             await asyncio.sleep(0.010)
             if was_on and self.active > 0:
-                self.worst = max(self.worst, (time.perf_counter() - started - 0.010) * 1000)
+                gap = (time.perf_counter() - started - 0.010) * 1000
+                self.worst = max(self.worst, gap)
+                self.worst_by_part[self.part] = max(self.worst_by_part.get(self.part, 0.0), gap)
 
 
 PROBE = LoopProbe()
@@ -172,20 +176,27 @@ async def measure(quick: bool) -> dict[str, float]:
     turns = 300 if quick else 1_000
     with harness.scratch("scale-checkpoints") as scratch:
         async with PROBE as probe:
+            probe.part = f"turns_{small}_files"
             small_ms = await turn_ms(scratch, small, 5)
+            probe.part = f"turns_{big}_files"
             big_ms = await turn_ms(scratch, big, 5)
             # 100k files is over the checkpoints' 50,000-file limit (MAX_FILES): that project is not
             # checkpointed, so its turn is cheap. The largest project that is, for the curve:
             largest = 10_000 if quick else 45_000
+            probe.part = f"turns_{largest}_files"
             largest_ms = big_ms if largest == big else await turn_ms(scratch, largest, 5)
+            probe.part = f"calls_{few}_projects"
             few_rate = await calls_per_s(scratch, few, 20)
+            probe.part = f"calls_{many}_projects"
             many_rate = await calls_per_s(scratch, many, 20)
+            probe.part = f"aging_{turns}_turns"
             mb = await shadow_mb(scratch, turns)
     return {
         "turn_ms_100k_files_vs_1k": big_ms / small_ms,
         "calls_per_s_64_vs_8_projects": many_rate / few_rate,
         "shadow_repo_mb_after_1000_turns": mb,
         "loop_gap_ms_worst": probe.worst,
+        **{f"loop_gap_ms_{part}": gap for part, gap in probe.worst_by_part.items()},
         "context": {f"turn_ms_{big}_files": big_ms, f"turn_ms_{small}_files": small_ms,
                     f"turn_ms_{largest}_files_checkpointed_vs_1k": largest_ms / small_ms,
                     f"calls_per_s_{few}_projects": few_rate, f"calls_per_s_{many}_projects": many_rate},

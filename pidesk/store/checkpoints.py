@@ -107,6 +107,11 @@ CONFIG = f"""[core]
 
 Feed = Callable[[IO[bytes]], None]  # writes a git process's standard input
 
+# git commands running at once across the process's shadow repositories: each is CPU work beside the host's
+# event loop, which waited behind them in the run queue when 64 projects' first turns ran six at once on two
+# CPUs (worst loop gaps 46-60 ms; 30-40 ms with this limit, bench/scale_checkpoints.py)
+GIT_AT_ONCE = threading.BoundedSemaphore(max(2, os.cpu_count() or 1))
+
 
 class CheckpointError(Exception):
     """A checkpoint or revert could not be made (git missing or failing, disk full, a timeout)."""
@@ -189,10 +194,12 @@ class ShadowRepo:
         that only reads objects (a diff between two trees), which may run beside the one that
         writes (so it never removes the index's lock file: that is the writer's)."""
         started: list[subprocess.Popen[bytes]] = []
-        work = asyncio.ensure_future(asyncio.to_thread(self._run_git, args, stdin, started, reads))
+        dropped = threading.Event()  # (cancelled while waiting its turn: it never runs)
+        work = asyncio.ensure_future(asyncio.to_thread(self._run_git, args, stdin, started, reads, dropped))
         try:
             code, out, err = await asyncio.shield(work)
         except asyncio.CancelledError:  # git must not outlive its caller
+            dropped.set()
             for proc in started:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
@@ -206,8 +213,16 @@ class ShadowRepo:
             raise CheckpointError(f"git {args[0]} failed: {detail[-1] if detail else f'exit {code}'}")
         return out
 
-    def _run_git(self, args: tuple[str, ...], stdin: bytes | Feed | None,
-                 started: list[subprocess.Popen[bytes]], reads: bool = False) -> tuple[int, bytes, bytes]:
+    def _run_git(self, args: tuple[str, ...], stdin: bytes | Feed | None, started: list[subprocess.Popen[bytes]],
+                 reads: bool = False, dropped: threading.Event | None = None) -> tuple[int, bytes, bytes]:
+        """git, once fewer than ``GIT_AT_ONCE`` others run (not at all if ``dropped`` is set by then)."""
+        with GIT_AT_ONCE:
+            if dropped is not None and dropped.is_set():
+                return -1, b"", b"cancelled"
+            return self._run_git_now(args, stdin, started, reads)
+
+    def _run_git_now(self, args: tuple[str, ...], stdin: bytes | Feed | None,
+                     started: list[subprocess.Popen[bytes]], reads: bool) -> tuple[int, bytes, bytes]:
         try:
             proc = subprocess.Popen(
                 ["git", *args], stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,

@@ -284,3 +284,62 @@ async def test_issue33_stat_and_patches_agree_with_the_full_diff_for_any_file_na
     only = await shadow.patches([(first, last)], {"new\nline.txt", "x b/x"})
     assert set(only[(first, last)]) == {"new\nline.txt", "x b/x"}
     assert only[(first, last)]["x b/x"] == patches[(first, last)]["x b/x"]
+
+
+@pytest.mark.asyncio
+async def test_issue33_git_runs_a_bounded_number_at_once_across_repositories(tmp_path: Path, monkeypatch) -> None:
+    """Every shadow repository of a process shares ``GIT_AT_ONCE``: a git is CPU work beside the host's loop,
+    and 64 projects' first snapshots, six at once on two CPUs, held that loop 46-60 ms."""
+    import asyncio
+    import threading
+
+    monkeypatch.setattr(checkpoints, "GIT_AT_ONCE", threading.BoundedSemaphore(1))
+    running: list[None] = []
+    most = 0
+    real = ShadowRepo._run_git_now
+
+    def counted(self: ShadowRepo, *args: object) -> tuple[int, bytes, bytes]:
+        nonlocal most
+        running.append(None)
+        most = max(most, len(running))
+        try:
+            return real(self, *args)  # type: ignore[arg-type]
+        finally:
+            running.pop()
+
+    monkeypatch.setattr(ShadowRepo, "_run_git_now", counted)
+    roots = []
+    for n in range(3):
+        root = tmp_path / f"p{n}"
+        root.mkdir()
+        (root / "a.txt").write_text(f"{n}\n")
+        roots.append(root)
+    shadows = [ShadowRepo(tmp_path / f"data{n}", root) for n, root in enumerate(roots)]
+    snapshots = await asyncio.gather(*(shadow.snapshot() for shadow in shadows))
+    assert len(set(snapshots)) == 3 and most == 1
+
+
+@pytest.mark.asyncio
+async def test_issue33_a_git_cancelled_while_it_waits_its_turn_never_runs(tmp_path: Path, project: Path,
+                                                                          monkeypatch) -> None:
+    import asyncio
+    import threading
+
+    monkeypatch.setattr(checkpoints, "GIT_AT_ONCE", threading.BoundedSemaphore(1))
+    ran: list[tuple[str, ...]] = []
+    real = ShadowRepo._run_git_now
+    monkeypatch.setattr(ShadowRepo, "_run_git_now", lambda self, args, *rest: ran.append(args) or real(self, args, *rest))
+    shadow = ShadowRepo(tmp_path / "data", project)
+    await shadow.snapshot()
+    ran.clear()
+    checkpoints.GIT_AT_ONCE.acquire()  # every turn taken (another repository's git, say)
+    try:
+        waiting = asyncio.create_task(shadow._git("rev-parse", "HEAD"))
+        await asyncio.sleep(0)  # it starts, and waits in its worker thread
+        waiting.cancel()
+        await asyncio.sleep(0)  # (the task takes its cancellation first: FIFO) and marks the git dropped
+    finally:
+        checkpoints.GIT_AT_ONCE.release()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert ran == []
