@@ -96,6 +96,9 @@ SCENARIOS = {
                                                            [("write", "a/b/x.txt", "two\n")]],
     "an edit inside a renamed directory": [[("write", "a/b/x.txt", "1\n")], [("rename", "a", "c")],
                                            [("write", "c/b/x.txt", "two\n")]],
+    "a file written through a temporary name, as Write does": [[("write", "x.txt", "1\n")],
+                                                               [("write", ".x.tmp", "two\n"), ("rename", ".x.tmp", "x.txt")]],
+    "a directory of tracked files removed": [[("write", "a/b/x.txt", "1\n")], [("delete", "a")]],
     "a directory whose files were all ignored gets one that is not": [
         [("write", "a/z.log", "1\n"), ("ignore", "*.log\n")], [("write", "a/x.txt", "1\n")]],
     "a directory ignored by name, then un-ignored": [[("ignore", "c/\n"), ("write", "c/x.txt", "1\n")],
