@@ -82,6 +82,17 @@ async def completed_turn(host: Host, provider: Any, session_id: str, *responses:
     return str(turn["turnId"])
 
 
+def small_projects(base: Path, count: int) -> list[Path]:
+    """``count`` projects under ``base`` (``p0``, ``p1``, …), each holding one small file, ``a.txt``."""
+    roots = []
+    for n in range(count):
+        root = base / f"p{n}"
+        root.mkdir()
+        (root / "a.txt").write_text(f"{n}\n")
+        roots.append(root)
+    return roots
+
+
 async def state(host: Host, session_id: str) -> dict[str, Any]:
     result: dict[str, Any] = await host.call("session.get", {"sessionId": session_id})
     return result

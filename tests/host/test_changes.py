@@ -15,7 +15,8 @@ import pytest
 from pidesk.core import events as ev
 from pidesk.core.errors import Conflict
 from pidesk.host import checkpoints
-from tests.scenario import Ticker, completed_turn, ended, permission_requested, prompt, session, tool
+from tests.scenario import (Ticker, completed_turn, ended, permission_requested, prompt, session,
+                            small_projects, tool)
 
 pytestmark = pytest.mark.asyncio
 
@@ -239,12 +240,7 @@ async def test_issue33_more_roots_than_the_old_cap_are_all_watched_and_checkpoin
     One instance serves every root now: 12 projects, each turn's changes right, each root still watched
     after all of them, and a second round of turns scans no root in full — hand edits between rounds
     included in the next "before" state, not in the turn's changes."""
-    roots = []
-    for n in range(12):
-        root = tmp_path / f"p{n}"
-        root.mkdir()
-        (root / "a.txt").write_text(f"{n}\n")
-        roots.append(root)
+    roots = small_projects(tmp_path, 12)
     sids = [(await session(host, root, permissionMode="auto"))["id"] for root in roots]
     firsts = await asyncio.gather(*(completed_turn(host, provider, sid, tool("Bash", command=f"echo {n} > b.txt"))
                                     for n, sid in enumerate(sids)))

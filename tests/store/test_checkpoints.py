@@ -16,6 +16,7 @@ import pytest
 
 from pidesk.store import checkpoints
 from pidesk.store.checkpoints import ShadowRepo, TooLarge
+from tests.scenario import small_projects
 
 
 def _tree_digest(directory: Path) -> dict[str, str]:
@@ -308,13 +309,7 @@ async def test_issue33_git_runs_a_bounded_number_at_once_across_repositories(tmp
             running.pop()
 
     monkeypatch.setattr(ShadowRepo, "_run_git_now", counted)
-    roots = []
-    for n in range(3):
-        root = tmp_path / f"p{n}"
-        root.mkdir()
-        (root / "a.txt").write_text(f"{n}\n")
-        roots.append(root)
-    shadows = [ShadowRepo(tmp_path / f"data{n}", root) for n, root in enumerate(roots)]
+    shadows = [ShadowRepo(tmp_path / f"data{n}", root) for n, root in enumerate(small_projects(tmp_path, 3))]
     snapshots = await asyncio.gather(*(shadow.snapshot() for shadow in shadows))
     assert len(set(snapshots)) == 3 and most == 1
 
