@@ -207,7 +207,7 @@ class PermissionRequest(Record):
     escalated: bool = False  # a Bash command asking to run outside the sandbox (issue 28; args carry why)
 
 
-class Notification(Record):
+class Notification(Record, gc=False):  # (scalars only: never in a cycle, so never walked by the collector)
     id: str
     session_id: str
     turn_id: str
