@@ -4,7 +4,7 @@ long as the command runs.
 
 **A host on demand** (issue 31): a command that finds no host starts ``pidesk serve`` for the data
 dir in the background — its own session, detached from the terminal, logging to
-``<data-dir>/host.log``, with the kept token and port and the flags the command was given
+``<data-dir>/host.log`` (moved to ``host.log.1`` at a start once past 10 MiB), with the kept token and port and the flags the command was given
 (``--model``, ``--max-retries``, ``--no-sandbox``, ``--context-limit``) — waits for it to answer
 ``/healthz`` (``START_TIMEOUT_S``), says so on one dim line of stderr, and talks to it like any
 running host. So no command locks another out: the next one finds the same host. It stays while a
@@ -80,6 +80,20 @@ class Remote:
 ON_DEMAND_IDLE_S = 600.0  # a host started on demand exits after this long with nothing to do
 START_TIMEOUT_S = 30.0  # how long a command waits for the host it started to answer
 HOST_LOG = "host.log"
+HOST_LOG_MAX = 10 << 20  # bytes: past this, the next host started on demand moves the log to host.log.1
+
+
+def host_log(data_dir: Path) -> Path:
+    """The log a host started on demand writes to: ``host.log``, moved to ``host.log.1`` (replacing an
+    older one) first once it is past ``HOST_LOG_MAX``, so the logs of hosts started on demand keep at
+    most two files."""
+    path = data_dir / HOST_LOG
+    try:
+        if path.stat().st_size > HOST_LOG_MAX:
+            os.replace(path, path.with_name(HOST_LOG + ".1"))
+    except FileNotFoundError:
+        pass
+    return path
 
 
 def embedded_only() -> bool:
@@ -103,7 +117,7 @@ def start_host(config: HostConfig, *, model: str | None = None, max_retries: int
     argv += ["--max-retries", str(max_retries)] if max_retries is not None else []
     argv += ["--no-sandbox"] if no_sandbox else []
     argv += ["--context-limit", str(context_limit)] if context_limit is not None else []
-    log_path = config.data_dir / HOST_LOG
+    log_path = host_log(config.data_dir)
     said = log_path.stat().st_size if log_path.exists() else 0  # what earlier hosts logged: not ours to relay
     with open(log_path, "ab", opener=lambda path, flags: os.open(path, flags, 0o600)) as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,

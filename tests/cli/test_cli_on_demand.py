@@ -191,3 +191,20 @@ def test_a_host_started_on_demand_has_its_plugins_ready_and_its_config_warnings_
         assert marker.read_text() == "marker\n"
         assert "pidesk: started a host for" in done.stderr
         assert "[plugins.mcp.broken]: command must be a list of strings" in done.stderr
+
+
+def test_a_host_started_on_demand_moves_a_full_log_aside_first(project, data_dir):
+    """host.log grew with every host started on demand, forever. Past ``HOST_LOG_MAX`` the next start moves
+    it to host.log.1 (replacing an older one): what earlier hosts said is kept once, then goes."""
+    from pidesk.cli.connect import HOST_LOG_MAX
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "host.log.1").write_text("the oldest log\n")
+    earlier = "an earlier host's line\n" * (HOST_LOG_MAX // 22 + 1)
+    (data_dir / "host.log").write_text(earlier)
+    with stopped_at_the_end(data_dir):
+        ran = ok("run", str(project), "list the files", "--model", "demo", "--permission", "auto", data_dir=data_dir)
+        assert "started a host" in ran.stderr
+    assert (data_dir / "host.log.1").read_text() == earlier
+    log = (data_dir / "host.log").read_text()
+    assert "pidesk serving at http://127.0.0.1:" in log and len(log) < 100_000
