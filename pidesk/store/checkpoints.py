@@ -134,15 +134,6 @@ class FileStat:
     binary: bool
 
 
-@dataclass(frozen=True)
-class FileChange:
-    path: str
-    status: str  # "added" | "modified" | "deleted"
-    additions: int
-    deletions: int
-    diff: str  # a unified diff, or "binary"
-
-
 def project_key(root: Path) -> str:
     return hashlib.sha256(str(root).encode()).hexdigest()[:20]
 
@@ -558,42 +549,6 @@ class ShadowRepo:
             return set()
         out = await self._git("diff-tree", "-r", "-z", "--no-renames", "--name-only", old, new)
         return {os.fsdecode(p) for p in out.split(b"\0") if p}
-
-    async def diff(self, old: str, new: str, only: set[str] | None = None, max_diff: int = MAX_DIFF
-                   ) -> list[FileChange]:
-        """What changed from tree ``old`` to tree ``new`` (restricted to ``only``), by path."""
-        if old == new:
-            return []
-        raw = (await self._git("diff-tree", "-r", "-z", "--no-renames", "--raw", old, new)).split(b"\0")
-        numstat = (await self._git("diff-tree", "-r", "-z", "--no-renames", "--numstat", old, new)).split(b"\0")
-        patch = await self._git("diff-tree", "-r", "--no-renames", "-p", "--no-color", "--full-index", old, new)
-        entries: list[tuple[str, str]] = []
-        for i in range(0, len(raw) - 1, 2):
-            head, path = raw[i].decode(), os.fsdecode(raw[i + 1])
-            if not head.startswith(":"):
-                break
-            entries.append((path, {"A": "added", "D": "deleted"}.get(head.split()[-1][:1], "modified")))
-        counts: list[tuple[int, int, bool]] = []
-        for item in numstat:
-            parts = item.split(b"\t")
-            if len(parts) >= 2 and parts[0] in (b"-",) and parts[1] == b"-":
-                counts.append((0, 0, True))
-            elif len(parts) >= 2 and parts[0].isdigit():
-                counts.append((int(parts[0]), int(parts[1]), False))
-        patches = _split_patch(patch)
-        changes = []
-        for n, (path, status) in enumerate(entries):
-            if only is not None and path not in only:
-                continue
-            add, rem, binary = counts[n] if n < len(counts) else (0, 0, False)
-            text = patches[n] if n < len(patches) else ""
-            if binary or "\nBinary files " in text or text.startswith("Binary files "):
-                changes.append(FileChange(path, status, 0, 0, "binary"))
-                continue
-            if len(text) > max_diff:
-                text = text[:max_diff] + f"\n… (diff cut at {max_diff // 1024} KiB)\n"
-            changes.append(FileChange(path, status, add, rem, text))
-        return changes
 
     async def stat(self, old: str, new: str, only: Set[str] | None = None) -> list[FileStat]:
         """What changed from tree ``old`` to tree ``new`` (restricted to ``only``), by path, without the
@@ -1187,11 +1142,4 @@ def _patch_text(patch: bytes, max_diff: int) -> str:
         text = text[:max_diff] + f"\n… (diff cut at {max_diff // 1024} KiB)\n"
     return text
 
-
-def _split_patch(patch: bytes) -> list[str]:
-    text = patch.decode(errors="replace")
-    if not text:
-        return []
-    pieces = text.split("\ndiff --git ")
-    return [pieces[0]] + ["diff --git " + p for p in pieces[1:]]
 

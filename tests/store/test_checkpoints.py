@@ -76,14 +76,15 @@ async def test_issue17_diff_names_each_kind_of_change_with_counts_and_binary(tmp
     (project / "src" / "app.py").unlink()
     (project / "blob.bin").write_bytes(b"\x00\x01\x02\xff")
     after = await shadow.snapshot()
-    changes = {c.path: c for c in await shadow.diff(before, after)}
+    changes = {c.path: c for c in await shadow.stat(before, after)}
     assert {p: c.status for p, c in changes.items()} == {
         "deep/new/a.txt": "added", "README.md": "modified", "src/app.py": "deleted", "blob.bin": "added"}
     assert (changes["deep/new/a.txt"].additions, changes["deep/new/a.txt"].deletions) == (2, 0)
     assert (changes["README.md"].additions, changes["README.md"].deletions) == (1, 0)
-    assert "+more" in changes["README.md"].diff
-    assert changes["blob.bin"].diff == "binary"
-    assert await shadow.changed_paths(before, after) == set(changes)
+    assert changes["blob.bin"].binary and not changes["README.md"].binary
+    diffs = (await shadow.patches([(before, after)]))[(before, after)]
+    assert "+more" in diffs["README.md"] and diffs["blob.bin"] == "binary"
+    assert await shadow.changed_paths(before, after) == set(changes) == set(diffs)
 
 
 @pytest.mark.asyncio
@@ -245,11 +246,11 @@ async def test_a_restore_holds_a_bounded_batch_of_blobs_in_memory(tmp_path: Path
 
 
 @pytest.mark.asyncio
-async def test_issue33_stat_and_patches_agree_with_the_full_diff_for_any_file_name(tmp_path: Path, project: Path) -> None:
+async def test_issue33_stat_and_patches_name_every_change_for_any_file_name(tmp_path: Path, project: Path) -> None:
     """Issue 33 §1: a turn's list is kept from ``stat`` (no diffs) and a diff is made only when asked, by
-    ``patches`` — many pairs of trees in one git process. Both give what ``diff`` gives, for names git
-    quotes (a quote, a backslash, a tab, a newline), names with spaces or non-ASCII letters, a binary file
-    and a diff too long to give whole; each pair's files go to that pair."""
+    ``patches`` — many pairs of trees in one git process. Both name every file, for names git quotes (a
+    quote, a backslash, a tab, a newline), names with spaces or non-ASCII letters, a binary file and a
+    diff too long to give whole; each pair's files go to that pair."""
     shadow = ShadowRepo(tmp_path / "data", project)
     names = ["sp ace.txt", 'quo"te.txt', "back\\slash.txt", "tab\there.txt", "new\nline.txt", "ünï/cödé.txt",
              "x b/x", "plain.txt"]
@@ -263,22 +264,22 @@ async def test_issue33_stat_and_patches_agree_with_the_full_diff_for_any_file_na
     (project / "plain.txt").write_text("changed\n")
     (project / "src" / "app.py").unlink()
     last = await shadow.snapshot()
-    for old, new in ((first, middle), (middle, last), (first, last)):
-        full = {c.path: c for c in await shadow.diff(old, new)}
-        stats = await shadow.stat(old, new)
-        assert [s.path for s in stats] == list(full)
-        for s in stats:
-            c = full[s.path]
-            assert (s.status, s.additions, s.deletions, s.binary) == (c.status, c.additions, c.deletions,
-                                                                      c.diff == "binary")
+    added = {name: ("added", 1, 0, False) for name in names}
+    expected = {
+        (first, middle): added | {"blob.bin": ("added", 0, 0, True), "README.md": ("modified", 40_000, 1, False)},
+        (middle, last): {"plain.txt": ("modified", 1, 1, False), "src/app.py": ("deleted", 0, 1, False)},
+    }
+    expected[(first, last)] = {**expected[(first, middle)], "plain.txt": ("added", 1, 0, False),
+                               "src/app.py": ("deleted", 0, 1, False)}
+    for (old, new), want in expected.items():
+        assert {s.path: (s.status, s.additions, s.deletions, s.binary) for s in await shadow.stat(old, new)} == want
     pairs = [(first, middle), (middle, last), (first, last), (first, middle), (last, last)]
     patches = await shadow.patches(pairs)
     assert set(patches) == {(first, middle), (middle, last), (first, last)}
     for pair, found in patches.items():
-        full = {c.path: c.diff for c in await shadow.diff(*pair)}
-        assert set(found) == set(full)
-        for path, text in found.items():
-            assert text.rstrip("\n") == full[path].rstrip("\n"), path
+        assert set(found) == set(expected[pair])
+    for n, name in enumerate(names):  # each quoted name's diff is its own, under its own name
+        assert f"+line {n}\n" in patches[(first, middle)][name]
     assert patches[(first, middle)]["blob.bin"] == "binary"
     assert patches[(first, middle)]["README.md"].endswith("… (diff cut at 256 KiB)\n")
     assert set(patches[(middle, last)]) == {"plain.txt", "src/app.py"}

@@ -219,7 +219,7 @@ async def test_the_loop_runs_while_the_sandbox_forks_and_one_that_never_answers_
         while not answer.done():  # the loop goes on: each tick is a turn of it (bounded by the timeout)
             await asyncio.sleep(0.01)
             ticks += 1
-        assert ticks >= 50  # (a second of 10 ms sleeps, give or take the VM)
+        assert ticks > 1  # (the loop turned while the answer was owed: a waiting spawn once held it throughout)
         with pytest.raises(ConnectionError):
             answer.result()
         assert not server.alive
